@@ -1,0 +1,243 @@
+"""Model and compression configs: validated dataclasses that serialize to plain JSON.
+
+Every invalid field raises a `ValueError` that names the field, the value and the allowed range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Union
+
+GATES = ("scalar", "vector", "uniform")
+MAPS = ("per_offset", "shared")
+KV_MODES = ("separate", "tied")
+ROPE_MODES = ("full", "partial", "none")
+ROPE_STYLES = ("neox", "interleaved")
+LAYOUTS = ("generic", "deepseek-csa", "hca")
+
+
+def _bad(name: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"{name}={value!r} is invalid: allowed {allowed}")
+
+
+def _check_int(name: str, value: Any, low: int, high: float = math.inf) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        upper = "" if high == math.inf else f" and <= {high}"
+        raise _bad(name, value, f"an integer >= {low}{upper}")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise _bad(name, value, f"one of {list(choices)}")
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise _bad(name, value, "True or False")
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        raise _bad(name, value, "a finite number > 0")
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """One compressed-attention layer: W-token windows every S tokens, each folded into one entry.
+
+    Window `j` covers absolute positions `start_j + i`, offset `i = 0..W-1`, with `start_j = jS`
+    (layout "deepseek-csa": `start_j = (j-1)S`, the previous block's `a` slots then block `j`'s `b`
+    slots). Entry `j` is visible to query `t` iff `end_j = start_j + W - 1 <= t`.
+
+    Attributes:
+        window: W, tokens folded into one entry.
+        stride: S, distance between window starts, 1 <= S <= W.
+        gate: "scalar" (one logit per offset and KV head), "vector" (one per channel) or "uniform"
+            (a = 1/W, no gate parameters).
+        offset_bias: learned bias b_i on the gate logits (DeepSeek's `ape`).
+        payload: payload maps C_i "per_offset" or one "shared" map.
+        gate_maps: gate maps Z_i "per_offset" or one "shared" map.
+        kv: "separate" key and value branches, or one "tied" branch read as both.
+        entry_norm: RMSNorm (with learned weight) on each entry.
+        rope: "full", "partial" (`rope_dims` trailing channels) or "none"; applied to key entries at
+            their RoPE position (window's first position; deepseek-csa: the current block's start),
+            and with the same dims to the layer's queries and local keys.
+        rope_dims: rotated channels when rope="partial" (even, < d_head).
+        rope_style: "neox" (rotate halves, Qwen3) or "interleaved" (pairs, DeepSeek-V4).
+        rope_theta: RoPE base for this layer; None uses the model's.
+        local_window: exact local window length L (last L tokens, current included), or "tail":
+            exact tokens after the last visible entry only.
+        sink: per-head sink logit that appears only in the softmax denominator.
+        layout: "generic", "deepseek-csa" (W = 2S two-half overlap, vector gates, tied K/V) or
+            "hca" (W = S).
+    """
+
+    window: int = 8
+    stride: int = 8
+    gate: Literal["scalar", "vector", "uniform"] = "scalar"
+    offset_bias: bool = True
+    payload: Literal["per_offset", "shared"] = "per_offset"
+    gate_maps: Literal["per_offset", "shared"] = "per_offset"
+    kv: Literal["separate", "tied"] = "separate"
+    entry_norm: bool = True
+    rope: Literal["full", "partial", "none"] = "full"
+    rope_dims: int | None = None
+    rope_style: Literal["neox", "interleaved"] = "neox"
+    rope_theta: float | None = None
+    local_window: Union[int, Literal["tail"]] = 16
+    sink: bool = False
+    layout: Literal["generic", "deepseek-csa", "hca"] = "generic"
+
+    def __post_init__(self) -> None:
+        _check_int("window", self.window, 1)
+        _check_int("stride", self.stride, 1, self.window)
+        _check_choice("gate", self.gate, GATES)
+        _check_bool("offset_bias", self.offset_bias)
+        _check_choice("payload", self.payload, MAPS)
+        _check_choice("gate_maps", self.gate_maps, MAPS)
+        _check_choice("kv", self.kv, KV_MODES)
+        _check_bool("entry_norm", self.entry_norm)
+        _check_choice("rope", self.rope, ROPE_MODES)
+        _check_choice("rope_style", self.rope_style, ROPE_STYLES)
+        if self.rope == "partial":
+            _check_int("rope_dims", self.rope_dims, 2)
+            if self.rope_dims % 2:
+                raise _bad("rope_dims", self.rope_dims, "an even integer >= 2 (RoPE rotates pairs)")
+        elif self.rope_dims is not None:
+            raise _bad("rope_dims", self.rope_dims, f"None unless rope='partial' (rope={self.rope!r})")
+        if self.rope_theta is not None:
+            _check_positive("rope_theta", self.rope_theta)
+        if self.local_window != "tail":
+            _check_int("local_window", self.local_window, 0)
+        _check_bool("sink", self.sink)
+        _check_choice("layout", self.layout, LAYOUTS)
+        if self.layout == "deepseek-csa":
+            if self.window != 2 * self.stride:
+                raise _bad("window", self.window, f"2 * stride = {2 * self.stride} for layout 'deepseek-csa'")
+            if self.kv != "tied" or self.gate != "vector":
+                raise _bad("layout", self.layout, "'deepseek-csa' only with kv='tied' and gate='vector'")
+        if self.layout == "hca" and self.window != self.stride:
+            raise _bad("window", self.window, f"= stride ({self.stride}) for layout 'hca'")
+
+    @property
+    def pad(self) -> int:
+        """How many positions before 0 the first window starts (S for deepseek-csa, else 0)."""
+        return self.stride if self.layout == "deepseek-csa" else 0
+
+    def n_entries(self, seq_len: int) -> int:
+        """Number of complete windows in a sequence of `seq_len` tokens."""
+        return max(0, (seq_len + self.pad - self.window) // self.stride + 1)
+
+    def local_length(self) -> int:
+        """Slots in the local key block: L, or W - 1 in tail mode (the longest possible tail)."""
+        return self.window - 1 if self.local_window == "tail" else self.local_window
+
+    def check_head_dim(self, d_head: int, where: str) -> None:
+        if self.rope == "partial" and self.rope_dims >= d_head:
+            raise _bad(f"{where}.rope_dims", self.rope_dims, f"< d_head ({d_head}); use rope='full'")
+
+
+LayerSpec = Union[Literal["full"], CompressionConfig]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Qwen3-style decoder with a per-layer attention schedule.
+
+    `layers[l]` is "full" (causal full attention) or a `CompressionConfig`. `layers=None` means all
+    layers full. The TransformerLens attribute names `n_key_value_heads` and `device` are provided
+    as properties so `transformer_lens.patching` works.
+    """
+
+    vocab_size: int = 512
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 1
+    d_head: int = 16
+    d_mlp: int = 192
+    rope_theta: float = 10000.0
+    qk_norm: bool = True
+    norm_eps: float = 1e-6
+    n_ctx: int = 256
+    tie_embeddings: bool = False
+    layers: tuple[LayerSpec, ...] | None = None
+    init_std: float = 0.02
+    device_name: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_mlp", "n_ctx"):
+            _check_int(name, getattr(self, name), 1)
+        if self.n_heads % self.n_kv_heads:
+            raise _bad("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads ({self.n_heads})")
+        if self.d_head % 2:
+            raise _bad("d_head", self.d_head, "an even integer (RoPE rotates pairs)")
+        _check_positive("rope_theta", self.rope_theta)
+        _check_positive("norm_eps", self.norm_eps)
+        _check_positive("init_std", self.init_std)
+        _check_bool("qk_norm", self.qk_norm)
+        _check_bool("tie_embeddings", self.tie_embeddings)
+        layers = self.layers
+        if layers is None:
+            layers = ("full",) * self.n_layers
+        layers = tuple(CompressionConfig(**s) if isinstance(s, dict) else s for s in layers)
+        if len(layers) != self.n_layers:
+            raise _bad("layers", f"<{len(layers)} entries>", f"exactly n_layers = {self.n_layers} entries")
+        for i, spec in enumerate(layers):
+            if spec != "full" and not isinstance(spec, CompressionConfig):
+                raise _bad(f"layers[{i}]", spec, "'full' or a CompressionConfig")
+            if isinstance(spec, CompressionConfig):
+                spec.check_head_dim(self.d_head, f"layers[{i}]")
+        object.__setattr__(self, "layers", layers)
+
+    # TransformerLens compatibility
+    @property
+    def n_key_value_heads(self) -> int:
+        return self.n_kv_heads
+
+    @property
+    def device(self) -> str:
+        return self.device_name
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Distinct strides of the compressed layers, sorted (empty for full attention)."""
+        return tuple(sorted({s.stride for s in self.layers if isinstance(s, CompressionConfig)}))
+
+    @property
+    def residue_modulus(self) -> int | None:
+        """Least common multiple of the strides; None for an all-full-attention model."""
+        return math.lcm(*self.strides) if self.strides else None
+
+    def compression(self, layer: int) -> CompressionConfig | None:
+        spec = self.layers[layer]
+        return spec if isinstance(spec, CompressionConfig) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["layers"] = [s if s == "full" else asdict(s) for s in self.layers]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields {sorted(unknown)}: allowed {sorted(known)}")
+        d = dict(d)
+        if d.get("layers") is not None:
+            d["layers"] = tuple(s if s == "full" else CompressionConfig(**s) for s in d["layers"])
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def uniform_schedule(n_layers: int, spec: LayerSpec) -> tuple[LayerSpec, ...]:
+    """The same attention in every layer."""
+    return tuple(spec for _ in range(n_layers))
+
+
+__all__ = ["CompressionConfig", "ModelConfig", "LayerSpec", "uniform_schedule"]

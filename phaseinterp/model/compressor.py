@@ -1,0 +1,92 @@
+"""One compression branch: fold W-token windows (every S tokens) into one entry per KV head.
+
+For window j and offset i (absolute position p = start_j + i, layer input h_p):
+
+    s_{j,i} = Z_{m(i)} h_p + b_i          gate logits, [kv_head] (scalar) or [kv_head, d_head] (vector)
+    a_{j,i} = softmax_i(s_{j,i})          gate weights
+    E_j     = RMSNorm(sum_i a_{j,i} * C_{m(i)} h_p)
+
+`m(i)` picks the map used at offset i: i ("per_offset"), 0 ("shared") or the half, 0 = previous
+block's `a` slots and 1 = current block's `b` slots ("deepseek-csa"). Slots before position 0
+(deepseek-csa entry 0) get gate logit -inf, i.e. weight 0, as in HuggingFace DeepSeek-V4.
+RoPE is not applied here: the attention rotates key entries (`attn.hook_rot_entries`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from phaseinterp.config import CompressionConfig
+from phaseinterp.model.layers import RMSNorm
+from transformer_lens.hook_points import HookPoint
+
+
+def window_positions(cc: CompressionConfig, seq_len: int, device: torch.device | None = None) -> Tensor:
+    """Absolute positions covered by each complete window: [n_entries, W] (may hold negatives)."""
+    n = cc.n_entries(seq_len)
+    starts = torch.arange(n, device=device) * cc.stride - cc.pad
+    return starts[:, None] + torch.arange(cc.window, device=device)
+
+
+def map_index(cc: CompressionConfig, maps: str) -> Tensor:
+    if cc.layout == "deepseek-csa":
+        return (torch.arange(cc.window) >= cc.stride).long()
+    if maps == "per_offset":
+        return torch.arange(cc.window)
+    return torch.zeros(cc.window, dtype=torch.long)
+
+
+def n_maps(cc: CompressionConfig, maps: str) -> int:
+    if cc.layout == "deepseek-csa":
+        return 2
+    return cc.window if maps == "per_offset" else 1
+
+
+class Compressor(nn.Module):
+    """Hooks: `hook_gate_logits`, `hook_gate` [batch, entry, offset, kv_head(, d_head)] and
+    `hook_out` [batch, entry, kv_head, d_head] (normed entries, before RoPE)."""
+
+    def __init__(self, cc: CompressionConfig, d_model: int, n_kv_heads: int, d_head: int, eps: float):
+        super().__init__()
+        self.cc, self.n_kv_heads, self.d_head = cc, n_kv_heads, d_head
+        out = n_kv_heads * d_head
+        self.register_buffer("payload_index", map_index(cc, cc.payload), persistent=False)
+        self.register_buffer("gate_index", map_index(cc, cc.gate_maps), persistent=False)
+        self.W_C = nn.Parameter(torch.empty(n_maps(cc, cc.payload), d_model, out))
+        gate_out = {"scalar": n_kv_heads, "vector": out}.get(cc.gate)
+        if gate_out is not None:
+            self.W_Z = nn.Parameter(torch.empty(n_maps(cc, cc.gate_maps), d_model, gate_out))
+            if cc.offset_bias:
+                self.b_Z = nn.Parameter(torch.zeros(cc.window, gate_out))
+        self.norm = RMSNorm(d_head, eps) if cc.entry_norm else None
+        self.hook_gate_logits = HookPoint()
+        self.hook_gate = HookPoint()
+        self.hook_out = HookPoint()
+
+    def gate_shape(self) -> tuple[int, ...]:
+        return (self.n_kv_heads, self.d_head) if self.cc.gate == "vector" else (self.n_kv_heads,)
+
+    def forward(self, h: Tensor) -> Tensor:
+        batch, seq_len, _ = h.shape
+        pos = window_positions(self.cc, seq_len, h.device)
+        n, width = pos.shape
+        windows = h[:, pos.clamp(min=0)]  # [batch, entry, offset, d_model]
+        payload = torch.einsum("bnwd,wde->bnwe", windows, self.W_C[self.payload_index])
+        payload = payload.view(batch, n, width, self.n_kv_heads, self.d_head)
+        if self.cc.gate == "uniform":
+            logits = h.new_zeros(batch, n, width, *self.gate_shape())
+        else:
+            logits = torch.einsum("bnwd,wde->bnwe", windows, self.W_Z[self.gate_index])
+            if self.cc.offset_bias:
+                logits = logits + self.b_Z
+            logits = logits.view(batch, n, width, *self.gate_shape())
+        before_start = (pos < 0).view(1, n, width, *([1] * len(self.gate_shape())))
+        logits = self.hook_gate_logits(logits.masked_fill(before_start, float("-inf")))
+        gate = self.hook_gate(logits.softmax(dim=2))
+        if self.cc.gate != "vector":
+            gate = gate[..., None]
+        entries = (gate * payload).sum(dim=2)
+        if self.norm is not None:
+            entries = self.norm(entries)
+        return self.hook_out(entries)

@@ -1,0 +1,162 @@
+"""Attention of a compressed layer: one joint softmax over visible entries, the exact local window
+and the optional sink. No T x T matrix is built.
+
+Key axis of the explicit scores/pattern (`hook_attn_scores`, `hook_pattern`, [batch, head, q_pos,
+key]): keys `0..n-1` are the compressed entries (entry j covers the positions of
+`window_positions(cc, T)[j]`), keys `n..n+L-1` are local slots: slot i holds position
+`t - L + 1 + i` for query t (L = `cc.local_length()`). Masked keys score -inf and weigh 0.
+
+Two implementations give the same numbers: `explicit_joint_attention` builds the [T, n + L]
+scores so hooks can read and edit them; `fused_joint_attention` runs
+`scaled_dot_product_attention` over query blocks (each block sees all entries plus the tokens its
+local windows can reach) and is used when no hook reads scores or pattern.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from phaseinterp.config import CompressionConfig
+from phaseinterp.model.compressor import window_positions
+
+
+def entry_ends(cc: CompressionConfig, seq_len: int, device=None) -> Tensor:
+    """Last absolute position covered by each entry: entry j is visible to query t iff end_j <= t."""
+    return window_positions(cc, seq_len, device)[:, -1]
+
+
+def last_visible_end(cc: CompressionConfig, t: Tensor) -> Tensor:
+    """End of the newest entry visible at each query position t, or -1 when none is."""
+    first_end = cc.window - 1 - cc.pad
+    j = torch.div(t - first_end, cc.stride, rounding_mode="floor")
+    return torch.where(t >= first_end, j * cc.stride + first_end, torch.full_like(t, -1))
+
+
+def local_key_mask(cc: CompressionConfig, t: Tensor, pos: Tensor) -> Tensor:
+    """May query t read the exact token at pos? (broadcasting t against pos)."""
+    ok = (pos >= 0) & (pos <= t)
+    if cc.local_window == "tail":
+        return ok & (pos > last_visible_end(cc, t))
+    return ok & (pos > t - cc.local_window)
+
+
+def joint_mask(cc: CompressionConfig, seq_len: int, device=None) -> Tensor:
+    """[q_pos, n + L] boolean mask in the explicit key layout."""
+    t = torch.arange(seq_len, device=device)
+    L = cc.local_length()
+    entries = entry_ends(cc, seq_len, device)[None, :] <= t[:, None]
+    local_pos = t[:, None] - L + 1 + torch.arange(L, device=device)[None, :]
+    return torch.cat([entries, local_key_mask(cc, t[:, None], local_pos)], dim=1)
+
+
+def _local_windows(x: Tensor, L: int) -> Tensor:
+    """[batch, pos, kv_head, d] -> [batch, pos, kv_head, d, L], slot i = position t - L + 1 + i."""
+    return F.pad(x, (0, 0, 0, 0, L - 1, 0)).unfold(1, L, 1)
+
+
+def explicit_scores(cc: CompressionConfig, q: Tensor, k: Tensor, ek: Tensor, scale: float) -> Tensor:
+    """Masked joint scores [batch, head, q_pos, n + L]."""
+    batch, seq_len, n_heads, d = q.shape
+    kv_heads = k.shape[2]
+    qg = q.view(batch, seq_len, kv_heads, n_heads // kv_heads, d)
+    s_entries = torch.einsum("btkgd,bnkd->bkgtn", qg, ek)
+    L = cc.local_length()
+    if L:
+        s_local = torch.einsum("btkgd,btkdl->bkgtl", qg, _local_windows(k, L))
+        scores = torch.cat([s_entries, s_local], dim=-1)
+    else:
+        scores = s_entries
+    scores = scores.reshape(batch, n_heads, seq_len, -1) * scale
+    return scores.masked_fill(~joint_mask(cc, seq_len, q.device), float("-inf"))
+
+
+def softmax_with_sink(scores: Tensor, sink: Tensor | None) -> Tensor:
+    """Softmax over the last axis; `sink` [head] adds exp(sink) to the denominator only.
+
+    Rows with no visible key (possible only with L = 0 and no sink) get all-zero weights.
+    """
+    empty = torch.isinf(scores).all(dim=-1, keepdim=True) & (scores < 0).all(dim=-1, keepdim=True)
+    scores = scores.masked_fill(empty, 0.0)
+    if sink is not None:
+        sink_col = sink.view(1, -1, 1, 1).expand(*scores.shape[:-1], 1).to(scores.dtype)
+        return torch.cat([scores, sink_col], dim=-1).softmax(dim=-1)[..., :-1].masked_fill(empty, 0.0)
+    return scores.softmax(dim=-1).masked_fill(empty, 0.0)
+
+
+def explicit_mix(cc: CompressionConfig, pattern: Tensor, v: Tensor, ev: Tensor) -> Tensor:
+    """z [batch, pos, head, d] from the joint pattern, entry values `ev` and local values `v`."""
+    batch, n_heads, seq_len, _ = pattern.shape
+    kv_heads, d = v.shape[2], v.shape[3]
+    n = ev.shape[1]
+    p = pattern.view(batch, kv_heads, n_heads // kv_heads, seq_len, -1)
+    z = torch.einsum("bkgtn,bnkd->btkgd", p[..., :n], ev)
+    L = cc.local_length()
+    if L:
+        z = z + torch.einsum("bkgtl,btkdl->btkgd", p[..., n:], _local_windows(v, L))
+    return z.reshape(batch, seq_len, n_heads, d)
+
+
+def fused_joint_attention(
+    cc: CompressionConfig,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    ek: Tensor,
+    ev: Tensor,
+    scale: float,
+    sink: Tensor | None,
+    block: int = 128,
+) -> Tensor:
+    """Same result as the explicit path, through SDPA over query blocks of `block` positions.
+
+    Block b holds queries bB..bB+B-1 and reads all n entries plus positions bB-L+1..bB+B-1, so its
+    scores are [B, n + B + L - 1] instead of [B, T]. The sink rides on one extra key: queries gain
+    a channel holding sink_h / scale, the sink key is the unit vector on it, its value is 0.
+    """
+    batch, seq_len, n_heads, d = q.shape
+    kv_heads = k.shape[2]
+    L = cc.local_length()
+    block = min(block, seq_len)
+    n_blocks = -(-seq_len // block)
+    padded = n_blocks * block
+    span = block + L - 1
+    n = ek.shape[1]
+
+    def blocks_of(x: Tensor) -> Tensor:  # [batch, pos, kv_head, d] -> [batch*n_blocks, kv_head, span, d]
+        x = F.pad(x, (0, 0, 0, 0, L - 1, padded - seq_len)).unfold(1, span, block)
+        return x.permute(0, 1, 2, 4, 3).reshape(batch * n_blocks, kv_heads, span, -1)
+
+    def with_entries(e: Tensor, local: Tensor) -> Tensor:
+        e = e.permute(0, 2, 1, 3)[:, None].expand(batch, n_blocks, kv_heads, n, e.shape[-1])
+        return torch.cat([e.reshape(batch * n_blocks, kv_heads, n, -1), local], dim=2)
+
+    keys = with_entries(ek, blocks_of(k))
+    values = with_entries(ev, blocks_of(v))
+    qb = F.pad(q, (0, 0, 0, 0, 0, padded - seq_len)).view(batch, n_blocks, block, n_heads, d)
+    qb = qb.permute(0, 1, 3, 2, 4).reshape(batch * n_blocks, n_heads, block, d)
+
+    t = torch.arange(padded, device=q.device).view(n_blocks, block, 1)
+    local_pos = (torch.arange(n_blocks, device=q.device) * block - (L - 1)).view(n_blocks, 1, 1) + torch.arange(
+        span, device=q.device
+    )
+    mask = torch.cat(
+        [
+            (entry_ends(cc, seq_len, q.device).view(1, 1, n) <= t).expand(n_blocks, block, n),
+            local_key_mask(cc, t, local_pos),
+        ],
+        dim=-1,
+    )
+    if sink is not None:
+        qb = torch.cat([qb, (sink / scale).view(1, n_heads, 1, 1).expand(qb.shape[0], n_heads, block, 1)], -1)
+        unit = torch.zeros(batch * n_blocks, kv_heads, 1, d + 1, dtype=keys.dtype, device=keys.device)
+        unit[..., -1] = 1.0
+        keys = torch.cat([F.pad(keys, (0, 1)), unit], dim=2)
+        values = torch.cat([values, values.new_zeros(batch * n_blocks, kv_heads, 1, d)], dim=2)
+        mask = F.pad(mask, (0, 1), value=True)
+    mask = mask[None, :, None].expand(batch, n_blocks, 1, block, mask.shape[-1])
+    mask = mask.reshape(batch * n_blocks, 1, block, -1)
+    z = F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale, enable_gqa=kv_heads != n_heads)
+    z = z.view(batch, n_blocks, n_heads, block, d).permute(0, 1, 3, 2, 4).reshape(batch, padded, n_heads, d)
+    return z[:, :seq_len]

@@ -1,0 +1,52 @@
+"""Small building blocks: RMSNorm and rotary position embeddings (NeoX and interleaved styles)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lens.hook_points import HookPoint
+
+
+class RMSNorm(nn.Module):
+    """`x / sqrt(mean(x^2) + eps) * weight`, computed in float32 (as Qwen3 and DeepSeek-V4 do)."""
+
+    def __init__(self, dim: int, eps: float, hooked: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+        if hooked:
+            self.hook_normalized = HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        xf = x.float()
+        out = (self.weight.float() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))).to(dtype)
+        hook = getattr(self, "hook_normalized", None)
+        return hook(out) if hook is not None else out
+
+
+def rope_angles(positions: Tensor, dims: int, theta: float) -> Tensor:
+    """Angles `pos * theta^(-2k/dims)` for k = 0..dims/2-1: shape [*positions.shape, dims/2]."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float32, device=positions.device) / dims))
+    return positions.float()[..., None] * inv_freq
+
+
+def apply_rope(x: Tensor, angles: Tensor, style: str) -> Tensor:
+    """Rotate the trailing `2 * angles.shape[-1]` channels of `x` ([..., pos, head, d]).
+
+    `angles` is [pos, dims/2] and broadcasts over batch and heads. "neox" pairs channel k with
+    k + dims/2 (Qwen3 `rotate_half`); "interleaved" pairs 2k with 2k+1 (DeepSeek-V4).
+    """
+    dims = 2 * angles.shape[-1]
+    if dims == 0:
+        return x
+    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
+    keep, rot = x[..., : x.shape[-1] - dims], x[..., x.shape[-1] - dims :].float()
+    if style == "neox":
+        a, b = rot[..., : dims // 2], rot[..., dims // 2 :]
+        out = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+    else:
+        a, b = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
+    return torch.cat([keep, out.to(x.dtype)], dim=-1)

@@ -1,0 +1,167 @@
+"""HookedCompressedTransformer: a Qwen3-style decoder whose layers attend fully or through a
+chunk-compressed KV cache, with TransformerLens hook points everywhere (see docs/hooks.md)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, Literal
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from phaseinterp.config import ModelConfig
+from phaseinterp.model.attention import Attention
+from phaseinterp.model.compressor import Compressor
+from phaseinterp.model.layers import RMSNorm
+from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+
+class MLP(nn.Module):
+    """SwiGLU: `W_out(silu(x W_gate) * (x W_in))`; `hook_pre` is the gate pre-activation,
+    `hook_post` the product fed to W_out, both [batch, pos, d_mlp]."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
+        self.hook_pre = HookPoint()
+        self.hook_post = HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        pre = self.hook_pre(x @ self.W_gate)
+        return self.hook_post(torch.nn.functional.silu(pre) * (x @ self.W_in)) @ self.W_out
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps, hooked=True)
+        self.attn = Attention(cfg, layer)
+        self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps, hooked=True)
+        self.mlp = MLP(cfg)
+        for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def forward(self, resid: Tensor) -> Tensor:
+        resid = self.hook_resid_pre(resid)
+        resid = self.hook_resid_mid(resid + self.hook_attn_out(self.attn(self.ln1(resid))))
+        return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
+
+
+class HookedCompressedTransformer(HookedRootModule):
+    """Decoder-only transformer with compressed-KV attention and TransformerLens hooks.
+
+    Example:
+        >>> import torch
+        >>> from phaseinterp import HookedCompressedTransformer, preset
+        >>> model = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0)
+        >>> tokens = torch.randint(0, model.cfg.vocab_size, (2, 32))
+        >>> logits, cache = model.run_with_cache(tokens)
+        >>> cache["blocks.0.attn.compress_k.hook_gate"].shape[:3]  # batch, entry, offset
+        torch.Size([2, 8, 4])
+    """
+
+    def __init__(self, cfg: ModelConfig, seed: int | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.W_E = nn.Parameter(torch.empty(cfg.vocab_size, cfg.d_model))
+        self.hook_embed = HookPoint()
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
+        self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps, hooked=True)
+        if not cfg.tie_embeddings:
+            self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.vocab_size))
+        self.init_weights(seed)
+        self.setup()
+
+    # ---- weights -------------------------------------------------------------------------------
+    def init_weights(self, seed: int | None = None) -> None:
+        """Normal(0, init_std) for matrices, ones for norm weights, zeros for biases and sinks;
+        output projections scaled by 1/sqrt(2 n_layers) (GPT-2 style)."""
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        std = self.cfg.init_std
+        for name, p in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            with torch.no_grad():
+                if leaf == "weight" or leaf in ("b_Z", "sink"):
+                    p.fill_(1.0 if leaf == "weight" else 0.0)
+                else:
+                    scale = std / (2 * self.cfg.n_layers) ** 0.5 if leaf in ("W_O", "W_out") else std
+                    p.copy_(torch.randn(p.shape, generator=gen) * scale)
+
+    @property
+    def W_unembed(self) -> Tensor:
+        return self.W_E.T if self.cfg.tie_embeddings else self.W_U
+
+    # ---- forward -------------------------------------------------------------------------------
+    def forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        return_type: Literal["logits", "loss", "both"] | None = "logits",
+    ) -> Any:
+        """Logits [batch, pos, vocab]; "loss" is the mean next-token cross-entropy."""
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.cfg.n_ctx:
+            raise ValueError(f"sequence length {tokens.shape[1]} exceeds n_ctx = {self.cfg.n_ctx}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
+            bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)][0].item()
+            raise ValueError(f"token id {bad} out of range: allowed 0..{self.cfg.vocab_size - 1}")
+        resid = self.hook_embed(self.W_E[tokens])
+        for block in self.blocks:
+            resid = block(resid)
+        logits = self.ln_final(resid) @ self.W_unembed
+        if return_type in ("logits", None):
+            return logits if return_type else None
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+        )
+        return loss if return_type == "loss" else (logits, loss)
+
+    def run_with_cache(self, *args: Any, **kwargs: Any) -> tuple[Any, ActivationCache]:
+        """As TransformerLens: returns (output, ActivationCache). Caching the pattern materializes
+        the joint score matrix of every cached layer."""
+        names_filter = kwargs.get("names_filter")
+        if isinstance(names_filter, str):
+            names_filter = [names_filter]
+        if isinstance(names_filter, (list, tuple)):
+            for name in names_filter:
+                self.check_hook_name(name)
+        out, cache = super().run_with_cache(*args, **kwargs)
+        return out, ActivationCache(cache, self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
+
+    # ---- hook names ----------------------------------------------------------------------------
+    def check_hook_name(self, name: str) -> None:
+        """Raise a KeyError suggesting the nearest valid hook names when `name` is not one."""
+        if name not in self.hook_dict:
+            close = difflib.get_close_matches(name, list(self.hook_dict), n=5, cutoff=0.5)
+            hint = f"; did you mean {close}?" if close else "; see model.hook_dict or docs/hooks.md"
+            raise KeyError(f"no hook point named {name!r}{hint}")
+
+    def _enable_hook_with_name(self, name: str, hook: Callable, dir: Literal["fwd", "bwd"]) -> None:
+        self.check_hook_name(name)
+        super()._enable_hook_with_name(name, hook, dir)
+
+    def add_hook(self, name: Any, hook: Callable, *args: Any, **kwargs: Any) -> None:
+        if isinstance(name, str):
+            self.check_hook_name(name)
+        super().add_hook(name, hook, *args, **kwargs)
+
+    # ---- conveniences ---------------------------------------------------------------------------
+    def compressors(self) -> dict[str, Compressor]:
+        """Every compression branch by hook prefix, e.g. {"blocks.0.attn.compress_k": ...}."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, Compressor)}
+
+    def set_explicit_attention(self, explicit: bool = True) -> None:
+        """Always materialize attention scores and patterns (needed when tools outside
+        TransformerLens hooks, e.g. nnsight, read `hook_pattern`)."""
+        for block in self.blocks:
+            block.attn.explicit = explicit
+
+    def save(self, path: str) -> None:
+        """Write weights and config to `path` (safetensors, atomically). See `phaseinterp.load`."""
+        from phaseinterp.checkpoint import save_model
+
+        save_model(self, path)
