@@ -14,6 +14,8 @@ local windows can reach) and is used when no hook reads scores or pattern.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -107,7 +109,7 @@ def fused_joint_attention(
     ev: Tensor,
     scale: float,
     sink: Tensor | None,
-    block: int = 128,
+    block: int = 256,
 ) -> Tensor:
     """Same result as the explicit path, through SDPA over query blocks of `block` positions.
 
@@ -123,40 +125,63 @@ def fused_joint_attention(
     padded = n_blocks * block
     span = block + L - 1
     n = ek.shape[1]
+    sdpa_batch = n_blocks * batch  # block-major, so the mask broadcasts over the batch
 
-    def blocks_of(x: Tensor) -> Tensor:  # [batch, pos, kv_head, d] -> [batch*n_blocks, kv_head, span, d]
-        x = F.pad(x, (0, 0, 0, 0, L - 1, padded - seq_len)).unfold(1, span, block)
-        return x.permute(0, 1, 2, 4, 3).reshape(batch * n_blocks, kv_heads, span, -1)
+    def block_keys(e: Tensor, x: Tensor) -> Tensor:  # -> [n_blocks*batch, kv_head, n + span, d]
+        local = F.pad(x, (0, 0, 0, 0, L - 1, padded - seq_len)).unfold(1, span, block)  # [b, nb, k, d, span]
+        out = x.new_empty(n_blocks, batch, kv_heads, n + span, x.shape[-1])
+        out[:, :, :, :n] = e.permute(0, 2, 1, 3)[None]
+        out[:, :, :, n:] = local.permute(1, 0, 2, 4, 3)
+        return out.view(sdpa_batch, kv_heads, n + span, -1)
 
-    def with_entries(e: Tensor, local: Tensor) -> Tensor:
-        e = e.permute(0, 2, 1, 3)[:, None].expand(batch, n_blocks, kv_heads, n, e.shape[-1])
-        return torch.cat([e.reshape(batch * n_blocks, kv_heads, n, -1), local], dim=2)
-
-    keys = with_entries(ek, blocks_of(k))
-    values = with_entries(ev, blocks_of(v))
+    keys, values = block_keys(ek, k), block_keys(ev, v)
     qb = F.pad(q, (0, 0, 0, 0, 0, padded - seq_len)).view(batch, n_blocks, block, n_heads, d)
-    qb = qb.permute(0, 1, 3, 2, 4).reshape(batch * n_blocks, n_heads, block, d)
+    qb = qb.permute(1, 0, 3, 2, 4).reshape(sdpa_batch, n_heads, block, d)
+    mask = _block_mask(cc, seq_len, block, q.device, q.dtype)  # [n_blocks, 1, block, n + span]
+    if sink is not None:
+        qb = torch.cat([qb, (sink / scale).view(1, n_heads, 1, 1).expand(sdpa_batch, n_heads, block, 1)], -1)
+        unit = keys.new_zeros(sdpa_batch, kv_heads, 1, d + 1)
+        unit[..., -1] = 1.0
+        keys = torch.cat([F.pad(keys, (0, 1)), unit], dim=2)
+        values = torch.cat([values, values.new_zeros(sdpa_batch, kv_heads, 1, d)], dim=2)
+        mask = F.pad(mask, (0, 1), value=0.0)
+    if batch > 1:
+        mask = mask.repeat_interleave(batch, dim=0)
+    z = F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale, enable_gqa=kv_heads != n_heads)
+    z = z.view(n_blocks, batch, n_heads, block, d).permute(1, 0, 3, 2, 4).reshape(batch, padded, n_heads, d)
+    return z[:, :seq_len]
 
-    t = torch.arange(padded, device=q.device).view(n_blocks, block, 1)
-    local_pos = (torch.arange(n_blocks, device=q.device) * block - (L - 1)).view(n_blocks, 1, 1) + torch.arange(
-        span, device=q.device
-    )
-    mask = torch.cat(
+
+@functools.lru_cache(maxsize=2)
+def _block_mask(cc: CompressionConfig, seq_len: int, block: int, device, dtype) -> Tensor:
+    """Additive mask (0 or -inf) for `fused_joint_attention`, shared by layers with the same config."""
+    L = cc.local_length()
+    n_blocks = -(-seq_len // block)
+    span = block + L - 1
+    t = torch.arange(n_blocks * block, device=device).view(n_blocks, block, 1)
+    first_local = (torch.arange(n_blocks, device=device) * block - (L - 1)).view(n_blocks, 1, 1)
+    allowed = torch.cat(
         [
-            (entry_ends(cc, seq_len, q.device).view(1, 1, n) <= t).expand(n_blocks, block, n),
-            local_key_mask(cc, t, local_pos),
+            (entry_ends(cc, seq_len, device).view(1, 1, -1) <= t).expand(n_blocks, block, -1),
+            local_key_mask(cc, t, first_local + torch.arange(span, device=device)),
         ],
         dim=-1,
     )
-    if sink is not None:
-        qb = torch.cat([qb, (sink / scale).view(1, n_heads, 1, 1).expand(qb.shape[0], n_heads, block, 1)], -1)
-        unit = torch.zeros(batch * n_blocks, kv_heads, 1, d + 1, dtype=keys.dtype, device=keys.device)
-        unit[..., -1] = 1.0
-        keys = torch.cat([F.pad(keys, (0, 1)), unit], dim=2)
-        values = torch.cat([values, values.new_zeros(batch * n_blocks, kv_heads, 1, d)], dim=2)
-        mask = F.pad(mask, (0, 1), value=True)
-    mask = mask[None, :, None].expand(batch, n_blocks, 1, block, mask.shape[-1])
-    mask = mask.reshape(batch * n_blocks, 1, block, -1)
-    z = F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale, enable_gqa=kv_heads != n_heads)
-    z = z.view(batch, n_blocks, n_heads, block, d).permute(0, 1, 3, 2, 4).reshape(batch, padded, n_heads, d)
-    return z[:, :seq_len]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+    return mask[:, None]
+
+
+def key_positions(cc: CompressionConfig, seq_len: int, query: int, key: int) -> list[int]:
+    """Absolute positions behind key index `key` of a compressed layer's pattern for query `query`
+    (an entry's window, clipped at 0, or the one local position); [] if the key is masked there."""
+    n = cc.n_entries(seq_len)
+    L = cc.local_length()
+    if not 0 <= query < seq_len:
+        raise ValueError(f"query={query} is invalid: allowed 0..{seq_len - 1}")
+    if not 0 <= key < n + L:
+        raise ValueError(f"key={key} is invalid: allowed 0..{n + L - 1} (n_entries={n}, local slots={L})")
+    if not joint_mask(cc, seq_len)[query, key]:
+        return []
+    if key < n:
+        return [p for p in window_positions(cc, seq_len)[key].tolist() if p >= 0]
+    return [query - L + 1 + (key - n)]

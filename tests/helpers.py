@@ -1,0 +1,36 @@
+"""Shared test fixtures: tiny configs and a model with non-trivial random weights."""
+
+from __future__ import annotations
+
+import torch
+
+from phaseinterp import CompressionConfig, HookedCompressedTransformer, ModelConfig
+
+
+def tiny_cfg(layers, **kw) -> ModelConfig:
+    base = dict(vocab_size=97, d_model=32, n_layers=len(layers), n_heads=4, n_kv_heads=2, d_head=8, d_mlp=48, n_ctx=256)
+    base.update(kw)
+    return ModelConfig(layers=tuple(layers), **base)
+
+
+def noisy_model(cfg: ModelConfig, seed: int = 0, std: float = 0.4) -> HookedCompressedTransformer:
+    """Random weights large enough that every path (gates, biases, sinks, norms) matters."""
+    model = HookedCompressedTransformer(cfg, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * std)
+    return model.eval()
+
+
+COMPRESSED_VARIANTS = {
+    "w4s4-scalar": CompressionConfig(window=4, stride=4, local_window=6),
+    "w8s4-vector-tied": CompressionConfig(window=8, stride=4, gate="vector", kv="tied", local_window=5),
+    "w6s4-shared-tail": CompressionConfig(window=6, stride=4, payload="shared", gate_maps="shared", local_window="tail"),
+    "w4s2-uniform-nobias-norope": CompressionConfig(window=4, stride=2, gate="uniform", rope="none", local_window=3),
+    "csa-sink-partial": CompressionConfig(
+        window=8, stride=4, gate="vector", kv="tied", layout="deepseek-csa", rope="partial", rope_dims=4,
+        rope_style="interleaved", sink=True, local_window=7,
+    ),
+    "hca-noneentrynorm-L0": CompressionConfig(window=5, stride=5, layout="hca", entry_norm=False, local_window=0, sink=True),
+}

@@ -1,0 +1,187 @@
+"""Compressed attention semantics: causality, visibility, windows, padding shifts, limits."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phaseinterp import CompressionConfig, HookedCompressedTransformer
+from phaseinterp.model.compressor import window_positions
+from tests.helpers import COMPRESSED_VARIANTS, noisy_model, tiny_cfg
+
+
+@st.composite
+def compression_configs(draw):
+    layout = draw(st.sampled_from(["generic", "generic", "deepseek-csa", "hca"]))
+    stride = draw(st.integers(1, 5))
+    window = {"deepseek-csa": 2 * stride, "hca": stride}.get(layout) or draw(st.integers(stride, 7))
+    csa = layout == "deepseek-csa"
+    return CompressionConfig(
+        window=window,
+        stride=stride,
+        gate="vector" if csa else draw(st.sampled_from(["scalar", "vector", "uniform"])),
+        offset_bias=draw(st.booleans()),
+        payload=draw(st.sampled_from(["per_offset", "shared"])),
+        kv="tied" if csa else draw(st.sampled_from(["separate", "tied"])),
+        entry_norm=draw(st.booleans()),
+        rope=draw(st.sampled_from(["full", "none"])),
+        rope_style=draw(st.sampled_from(["neox", "interleaved"])),
+        local_window=draw(st.one_of(st.integers(0, 6), st.just("tail"))),
+        sink=draw(st.booleans()),
+        layout=layout,
+    )
+
+
+@settings(max_examples=30, deadline=None)
+@given(cc=compression_configs(), seq_len=st.integers(6, 30), data=st.data())
+def test_changing_later_tokens_never_changes_earlier_logits(cc, seq_len, data):
+    cut = data.draw(st.integers(0, seq_len - 2))
+    explicit = data.draw(st.booleans())
+    model = noisy_model(tiny_cfg(["full", cc], n_kv_heads=data.draw(st.sampled_from([1, 2, 4]))), seed=seq_len)
+    model.set_explicit_attention(explicit)
+    gen = torch.Generator().manual_seed(cut)
+    a = torch.randint(0, 97, (2, seq_len), generator=gen)
+    b = a.clone()
+    b[:, cut + 1 :] = torch.randint(0, 97, (2, seq_len - cut - 1), generator=gen)
+    with torch.no_grad():
+        la, lb = model(a), model(b)
+    torch.testing.assert_close(la[:, : cut + 1], lb[:, : cut + 1], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(la[:, cut + 1 :], lb[:, cut + 1 :])
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))
+def test_entry_j_reaches_query_t_iff_window_closed(name):
+    cc = COMPRESSED_VARIANTS[name]
+    model = noisy_model(tiny_cfg([cc]))
+    model.set_explicit_attention(True)
+    seq_len = 26
+    tokens = torch.randint(0, 97, (1, seq_len), generator=torch.Generator().manual_seed(1))
+    saved = {}
+
+    def keep(x, hook):
+        x.retain_grad()
+        saved[hook.name] = x
+        return x
+
+    # values carry the signal even where a single visible key gets softmax weight exactly 1
+    branches = ["compress_kv"] if cc.kv == "tied" else ["compress_k", "compress_v"]
+    watched = [f"blocks.0.attn.{b}.hook_out" for b in branches]
+    ends = window_positions(cc, seq_len)[:, -1]
+    for t in range(seq_len):
+        saved.clear()
+        with model.hooks(fwd_hooks=[(name, keep) for name in watched + ["blocks.0.attn.hook_z"]]):
+            model(tokens)
+        saved["blocks.0.attn.hook_z"][0, t].sum().backward()
+        grad = sum(saved[name].grad[0].abs().sum(dim=(-1, -2)) for name in watched)
+        assert torch.equal(grad > 0, ends <= t), f"t={t}"
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))
+def test_entry_depends_exactly_on_its_window(name):
+    cc = COMPRESSED_VARIANTS[name]
+    model = noisy_model(tiny_cfg([cc]))
+    seq_len = 21
+    tokens = torch.randint(0, 97, (1, seq_len), generator=torch.Generator().manual_seed(2))
+    store = {}
+
+    def leaf(x, hook):
+        x = x.detach().requires_grad_(True)
+        store["embed"] = x
+        return x
+
+    def grab(x, hook):
+        store["out"] = x
+
+    branch = "compress_kv" if cc.kv == "tied" else "compress_k"
+    with model.hooks(fwd_hooks=[("hook_embed", leaf), (f"blocks.0.attn.{branch}.hook_out", grab)]):
+        model(tokens)
+    out = store["out"]
+    windows = window_positions(cc, seq_len)
+    for j in range(out.shape[1]):
+        (g,) = torch.autograd.grad(out[0, j].sum(), store["embed"], retain_graph=True)
+        touched = g[0].abs().sum(-1) > 0
+        expected = torch.zeros(seq_len, dtype=torch.bool)
+        expected[windows[j][windows[j] >= 0]] = True
+        assert torch.equal(touched, expected), f"entry {j}"
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))
+def test_padding_by_one_stride_shifts_entries_without_changing_them(name):
+    cc = COMPRESSED_VARIANTS[name]
+    model = noisy_model(tiny_cfg([cc, cc]))
+    tokens = torch.randint(1, 97, (2, 24), generator=torch.Generator().manual_seed(3))
+    padded = torch.cat([torch.zeros(2, cc.stride, dtype=torch.long), tokens], dim=1)
+    branch = "compress_kv" if cc.kv == "tied" else "compress_k"
+    names = [f"blocks.0.attn.{branch}.{h}" for h in ("hook_out", "hook_gate")]
+    _, c0 = model.run_with_cache(tokens, names_filter=names)
+    _, c1 = model.run_with_cache(padded, names_filter=names)
+    first = 1 if cc.layout == "deepseek-csa" else 0  # entry 0 of csa has masked previous-block slots
+    for name in names:
+        a, b = c0[name], c1[name]
+        assert b.shape[1] == a.shape[1] + 1
+        torch.testing.assert_close(b[:, 1 + first :], a[:, first:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))
+def test_fused_attention_equals_explicit_in_values_and_gradients(name):
+    cc = COMPRESSED_VARIANTS[name]
+    model = noisy_model(tiny_cfg([cc, cc]))
+    tokens = torch.randint(0, 97, (3, 45), generator=torch.Generator().manual_seed(4))
+    results = []
+    for explicit in (False, True):
+        model.zero_grad()
+        model.set_explicit_attention(explicit)
+        logits = model(tokens)
+        logits.square().mean().backward()
+        results.append((logits.detach(), model.blocks[0].attn.W_Q.grad.clone()))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=2e-5, rtol=1e-4)
+
+
+def test_w1_s1_uniform_without_local_window_equals_full_attention():
+    cc = CompressionConfig(window=1, stride=1, gate="uniform", entry_norm=False, local_window=0)
+    full = noisy_model(tiny_cfg(["full", "full"], qk_norm=False))
+    comp = HookedCompressedTransformer(tiny_cfg([cc, cc], qk_norm=False))
+    comp.load_state_dict(full.state_dict(), strict=False)
+    with torch.no_grad():
+        for block in comp.blocks:
+            a = block.attn
+            a.compress_k.W_C.copy_(a.W_K.permute(1, 0, 2).reshape(1, 32, -1))
+            a.compress_v.W_C.copy_(a.W_V.permute(1, 0, 2).reshape(1, 32, -1))
+    tokens = torch.randint(0, 97, (2, 30), generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(comp(tokens), full(tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_pattern_is_a_distribution_over_visible_keys_only():
+    cc = COMPRESSED_VARIANTS["w8s4-vector-tied"]
+    model = noisy_model(tiny_cfg([cc]))
+    _, cache = model.run_with_cache(torch.randint(0, 97, (2, 33)))
+    pattern = cache["blocks.0.attn.hook_pattern"]
+    scores = cache["blocks.0.attn.hook_attn_scores"]
+    torch.testing.assert_close(pattern.sum(-1), torch.ones(pattern.shape[:-1]))
+    assert torch.all(pattern[torch.isinf(scores)] == 0)
+    n = window_positions(cc, 33).shape[0]
+    assert pattern.shape[-1] == n + cc.local_window
+    # query 10 sees entries ending at 7 only (entry 0), and positions 6..10 locally
+    assert torch.isfinite(scores[0, 0, 10, :n]).tolist() == [True] + [False] * (n - 1)
+    assert torch.isfinite(scores[0, 0, 10, n:]).all()
+
+
+def test_sink_only_lowers_attention_mass():
+    cc = COMPRESSED_VARIANTS["csa-sink-partial"]
+    model = noisy_model(tiny_cfg([cc]))
+    with torch.no_grad():
+        model.blocks[0].attn.sink.fill_(3.0)
+    _, cache = model.run_with_cache(torch.randint(0, 97, (1, 20)))
+    mass = cache["blocks.0.attn.hook_pattern"].sum(-1)
+    assert torch.all(mass < 0.99) and torch.all(mass > 0)
+
+
+def test_bad_tokens_and_lengths_raise_clear_errors():
+    model = noisy_model(tiny_cfg(["full"], n_ctx=16))
+    with pytest.raises(ValueError, match=r"token id 97 out of range: allowed 0..96"):
+        model(torch.tensor([[1, 97]]))
+    with pytest.raises(ValueError, match="exceeds n_ctx = 16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[batch, pos\]"):
+        model(torch.zeros(17, dtype=torch.long))
