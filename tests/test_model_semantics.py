@@ -185,3 +185,23 @@ def test_bad_tokens_and_lengths_raise_clear_errors():
         model(torch.zeros(1, 17, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[batch, pos\]"):
         model(torch.zeros(17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))
+@pytest.mark.parametrize("block,segments", [(7, 3), (16, 1), (5, 4)])
+def test_fused_blocks_and_segments_match_explicit(name, block, segments):
+    from phaseinterp.model import joint_attention as joint
+
+    cc = COMPRESSED_VARIANTS[name]
+    if cc.local_length() == 0:
+        pytest.skip("the fused path needs a local window (L = 0 runs explicitly)")
+    gen = torch.Generator().manual_seed(block)
+    batch, T, H, K, d = 2, 41, 4, 2, 8
+    n = cc.n_entries(T)
+    q, k, v = (torch.randn(batch, T, c, d, generator=gen) for c in (H, K, K))
+    ek, ev = (torch.randn(batch, n, K, d, generator=gen) for _ in range(2))
+    sink = torch.randn(H, generator=gen) if cc.sink else None
+    pattern = joint.softmax_with_sink(joint.explicit_scores(cc, q, k, ek, 0.3), sink)
+    expected = joint.explicit_mix(cc, pattern, v, ev)
+    got = joint.fused_joint_attention(cc, q, k, v, ek, ev, 0.3, sink, block=block, segments=segments)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

@@ -110,59 +110,81 @@ def fused_joint_attention(
     scale: float,
     sink: Tensor | None,
     block: int = 256,
+    segments: int = 4,
 ) -> Tensor:
     """Same result as the explicit path, through SDPA over query blocks of `block` positions.
 
-    Block b holds queries bB..bB+B-1 and reads all n entries plus positions bB-L+1..bB+B-1, so its
-    scores are [B, n + B + L - 1] instead of [B, T]. The sink rides on one extra key: queries gain
-    a channel holding sink_h / scale, the sink key is the unit vector on it, its value is 0.
+    Block b holds queries bB..bB+B-1 and reads entries plus positions bB-L+1..bB+B-1, so its
+    scores are [B, n + B + L - 1] instead of [B, T]. Blocks are grouped into at most `segments`
+    consecutive segments (a constant, not growing with T), each reading only the entries that can
+    be visible to its last query; this skips about 3/8 of the never-visible (query, entry) pairs.
+    The sink rides on one extra key: queries gain a channel holding sink_h / scale, the sink key
+    is the unit vector on it, its value is 0.
     """
     batch, seq_len, n_heads, d = q.shape
-    kv_heads = k.shape[2]
-    L = cc.local_length()
     block = min(block, seq_len)
     n_blocks = -(-seq_len // block)
     padded = n_blocks * block
+    L = cc.local_length()
     span = block + L - 1
-    n = ek.shape[1]
-    sdpa_batch = n_blocks * batch  # block-major, so the mask broadcasts over the batch
 
-    def block_keys(e: Tensor, x: Tensor) -> Tensor:  # -> [n_blocks*batch, kv_head, n + span, d]
-        local = F.pad(x, (0, 0, 0, 0, L - 1, padded - seq_len)).unfold(1, span, block)  # [b, nb, k, d, span]
-        out = x.new_empty(n_blocks, batch, kv_heads, n + span, x.shape[-1])
+    def local_blocks(x: Tensor) -> Tensor:  # view [n_blocks, batch, kv_head, span, d]
+        x = F.pad(x, (0, 0, 0, 0, L - 1, padded - seq_len)).unfold(1, span, block)
+        return x.permute(1, 0, 2, 4, 3)
+
+    k_local, v_local = local_blocks(k), local_blocks(v)
+    q_blocks = F.pad(q, (0, 0, 0, 0, 0, padded - seq_len)).view(batch, n_blocks, block, n_heads, d)
+    q_blocks = q_blocks.permute(1, 0, 3, 2, 4)  # [n_blocks, batch, head, block, d]
+    bounds = torch.linspace(0, n_blocks, min(segments, n_blocks) + 1).round().long().tolist()
+    out = []
+    for b0, b1 in zip(bounds[:-1], bounds[1:]):
+        n_visible = cc.n_entries(min(b1 * block, seq_len))
+        out.append(
+            _fused_blocks(cc, seq_len, block, b0, b1, q_blocks[b0:b1], k_local[b0:b1], v_local[b0:b1],
+                          ek[:, :n_visible], ev[:, :n_visible], scale, sink)
+        )
+    z = torch.cat(out, dim=0)  # [n_blocks, batch, head, block, d]
+    return z.permute(1, 0, 3, 2, 4).reshape(batch, padded, n_heads, d)[:, :seq_len]
+
+
+def _fused_blocks(cc, seq_len, block, b0, b1, qb, k_local, v_local, ek, ev, scale, sink) -> Tensor:
+    n_blocks, batch, n_heads, _, d = qb.shape
+    kv_heads, span, n = k_local.shape[2], k_local.shape[3], ek.shape[1]
+    rows = n_blocks * batch  # block-major, so the mask broadcasts over the batch
+
+    def keys_of(e: Tensor, local: Tensor) -> Tensor:  # -> [rows, kv_head, n + span, d]
+        out = local.new_empty(n_blocks, batch, kv_heads, n + span, d)
         out[:, :, :, :n] = e.permute(0, 2, 1, 3)[None]
-        out[:, :, :, n:] = local.permute(1, 0, 2, 4, 3)
-        return out.view(sdpa_batch, kv_heads, n + span, -1)
+        out[:, :, :, n:] = local
+        return out.view(rows, kv_heads, n + span, d)
 
-    keys, values = block_keys(ek, k), block_keys(ev, v)
-    qb = F.pad(q, (0, 0, 0, 0, 0, padded - seq_len)).view(batch, n_blocks, block, n_heads, d)
-    qb = qb.permute(1, 0, 3, 2, 4).reshape(sdpa_batch, n_heads, block, d)
-    mask = _block_mask(cc, seq_len, block, q.device, q.dtype)  # [n_blocks, 1, block, n + span]
+    keys, values = keys_of(ek, k_local), keys_of(ev, v_local)
+    qb = qb.reshape(rows, n_heads, block, d)
+    mask = _block_mask(cc, seq_len, block, b0, b1, n, qb.device, qb.dtype)  # [n_blocks, 1, block, n + span]
     if sink is not None:
-        qb = torch.cat([qb, (sink / scale).view(1, n_heads, 1, 1).expand(sdpa_batch, n_heads, block, 1)], -1)
-        unit = keys.new_zeros(sdpa_batch, kv_heads, 1, d + 1)
+        qb = torch.cat([qb, (sink / scale).view(1, n_heads, 1, 1).expand(rows, n_heads, block, 1)], -1)
+        unit = keys.new_zeros(rows, kv_heads, 1, d + 1)
         unit[..., -1] = 1.0
         keys = torch.cat([F.pad(keys, (0, 1)), unit], dim=2)
-        values = torch.cat([values, values.new_zeros(sdpa_batch, kv_heads, 1, d)], dim=2)
+        values = torch.cat([values, values.new_zeros(rows, kv_heads, 1, d)], dim=2)
         mask = F.pad(mask, (0, 1), value=0.0)
     if batch > 1:
         mask = mask.repeat_interleave(batch, dim=0)
     z = F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale, enable_gqa=kv_heads != n_heads)
-    z = z.view(n_blocks, batch, n_heads, block, d).permute(1, 0, 3, 2, 4).reshape(batch, padded, n_heads, d)
-    return z[:, :seq_len]
+    return z.view(n_blocks, batch, n_heads, block, d)
 
 
-@functools.lru_cache(maxsize=2)
-def _block_mask(cc: CompressionConfig, seq_len: int, block: int, device, dtype) -> Tensor:
-    """Additive mask (0 or -inf) for `fused_joint_attention`, shared by layers with the same config."""
+@functools.lru_cache(maxsize=16)
+def _block_mask(cc: CompressionConfig, seq_len: int, block: int, b0: int, b1: int, n: int, device, dtype) -> Tensor:
+    """Additive mask (0 or -inf) for blocks b0..b1-1 reading the first n entries and their local
+    spans; cached so layers with the same config share it."""
     L = cc.local_length()
-    n_blocks = -(-seq_len // block)
     span = block + L - 1
-    t = torch.arange(n_blocks * block, device=device).view(n_blocks, block, 1)
-    first_local = (torch.arange(n_blocks, device=device) * block - (L - 1)).view(n_blocks, 1, 1)
+    t = torch.arange(b0 * block, b1 * block, device=device).view(b1 - b0, block, 1)
+    first_local = (torch.arange(b0, b1, device=device) * block - (L - 1)).view(-1, 1, 1)
     allowed = torch.cat(
         [
-            (entry_ends(cc, seq_len, device).view(1, 1, -1) <= t).expand(n_blocks, block, -1),
+            (entry_ends(cc, seq_len, device)[:n].view(1, 1, n) <= t).expand(b1 - b0, block, n),
             local_key_mask(cc, t, first_local + torch.arange(span, device=device)),
         ],
         dim=-1,
