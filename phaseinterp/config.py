@@ -22,7 +22,7 @@ def _bad(name: str, value: Any, allowed: str) -> ValueError:
     return ValueError(f"{name}={value!r} is invalid: allowed {allowed}")
 
 
-def _check_int(name: str, value: Any, low: int, high: float = math.inf) -> None:
+def _check_int(name: str, value: Any, low: int, high: int | float = math.inf) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         upper = "" if high == math.inf else f" and <= {high}"
         raise _bad(name, value, f"an integer >= {low}{upper}")

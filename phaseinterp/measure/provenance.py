@@ -1,0 +1,57 @@
+"""What made a result: library versions and JSON-safe configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import platform
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def versions() -> dict[str, str]:
+    """Versions of phaseinterp (its `__version__`, else "unknown"), torch, numpy and Python."""
+    try:
+        from phaseinterp import __version__ as pi_version
+    except ImportError:
+        pi_version = "unknown"
+    return {"phaseinterp": str(pi_version), "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
+def jsonable(obj: Any) -> Any:
+    """Recursively convert dataclasses, numpy/torch values, tuples and non-finite floats
+    (to None) into plain JSON types; anything else becomes its `str`."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.ndarray, torch.Tensor)):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (np.generic,)):
+        return jsonable(obj.item())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    return str(obj)
+
+
+def model_config(model: Any) -> dict[str, Any] | None:
+    """The model's `cfg` as a JSON-safe dict (None when it has none)."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None:
+        return None
+    if dataclasses.is_dataclass(cfg):
+        return jsonable(cfg)
+    return jsonable(dict(vars(cfg))) if hasattr(cfg, "__dict__") else {"repr": str(cfg)}
+
+
+def dumps(obj: Any) -> str:
+    """Strict JSON text of `jsonable(obj)`."""
+    return json.dumps(jsonable(obj), indent=1, allow_nan=False)

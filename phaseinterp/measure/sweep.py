@@ -1,0 +1,133 @@
+"""`phase_sweep`: run a model (any tokens -> logits callable) over a PhaseBatch and score it."""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from phaseinterp.measure.curve import PhaseCurve
+from phaseinterp.measure.provenance import model_config
+from phaseinterp.tasks import PhaseBatch
+
+Model = Callable[[Int[Tensor, "batch pos"]], Any]
+
+
+def model_stride(model: Any) -> int | None:
+    """Period S of a model's phase effect: lcm of `model.cfg.strides` (None if absent or empty)."""
+    strides = tuple(getattr(getattr(model, "cfg", None), "strides", ()) or ())
+    return math.lcm(*strides) if strides else None
+
+
+def _device(model: Any, device: torch.device | str | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    if isinstance(model, torch.nn.Module):
+        for p in model.parameters():
+            return p.device
+    return torch.device("cpu")
+
+
+@contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    was = isinstance(model, torch.nn.Module) and model.training
+    if was:
+        model.eval()
+    try:
+        yield
+    finally:
+        if was:
+            model.train()
+
+
+def forward_logits(model: Model, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+    """Run `model` on `tokens` and check it returned logits [batch, pos, vocab]. The model may
+    return the tensor itself or an object with `.logits` (HuggingFace)."""
+    out = model(tokens)
+    logits = getattr(out, "logits", out)
+    if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[:2] != tokens.shape:
+        shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(f"model must map tokens {tuple(tokens.shape)} to logits [batch, pos, vocab]; got {shape}")
+    return logits
+
+
+@torch.no_grad()
+def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
+                     device: torch.device | str | None = None, progress: bool = True) -> Bool[Tensor, " batch"]:
+    """Top-1 correctness per row: the argmax over the full vocabulary of the next-token logits
+    at `query_pos` is one of `answers`. Rows that share a prompt (several queries) share one
+    forward pass within a minibatch.
+
+    Args:
+        model: tokens [batch, pos] -> logits [batch, pos, vocab] (or an object with `.logits`).
+        batch: the prompts.
+        batch_size: rows per forward pass, >= 1.
+        device: where to run (default: the device of the model's parameters, else CPU).
+        progress: show a progress bar.
+
+    Returns:
+        Boolean tensor on CPU, one entry per row of `batch`.
+    """
+    dev = _device(model, device)
+    out = []
+    with _eval_mode(model):
+        bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
+                   disable=not progress, desc="phase sweep", unit="batch")
+        for mb in bar:
+            uniq, inverse = torch.unique(mb.prompt_id, return_inverse=True)
+            first = torch.full((len(uniq),), len(mb), dtype=torch.long).scatter_reduce(
+                0, inverse, torch.arange(len(mb)), reduce="amin")
+            logits = forward_logits(model, mb.tokens[first].to(dev))
+            pred = logits[inverse.to(dev), mb.query_pos.to(dev)].argmax(-1).cpu()
+            out.append((pred[:, None] == mb.answers).any(1))
+    return torch.cat(out)
+
+
+def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, batch_size: int = 32,
+                stride: int | None = None, device: torch.device | str | None = None, progress: bool = True,
+                label: str = "", n_boot: int = 2000, n_perm: int = 2000, confidence: float = 0.95,
+                seed: int = 0, config: dict[str, Any] | None = None) -> PhaseCurve:
+    """Accuracy by residue of a model on a PhaseBatch, with intervals and periodicity tests.
+
+    Args:
+        model: a callable tokens -> logits (our models, HuggingFace models, any function), or a
+            precomputed boolean `correct` tensor (one entry per row, e.g. after an intervention).
+        batch: the prompts (`RecordLookup(...).sample(...)`).
+        batch_size: rows per forward pass.
+        stride: S for the periodicity statistics; default lcm(model.cfg.strides) when the model
+            has them and it divides the modulus, else None.
+        device, progress: see `evaluate_correct`.
+        label, n_boot, n_perm, confidence, seed, config: see `PhaseCurve.from_correct`.
+
+    Returns:
+        PhaseCurve recording the task and model configuration, the seed and library versions.
+
+    Example:
+        >>> from phaseinterp.measure import induction_oracle
+        >>> from phaseinterp.tasks import RecordLookup
+        >>> batch = RecordLookup(vocab_size=128, n_records=8, n_demos=1).sample(8, modulus=4)
+        >>> model = induction_oracle(128, weak_phases=[3], stride=4)  # fails on keys at phase 3
+        >>> phase_sweep(model, batch, progress=False, n_boot=200, n_perm=200).accuracy.tolist()
+        [1.0, 1.0, 1.0, 0.0]
+    """
+    if isinstance(model, Tensor):
+        if model.dtype != torch.bool or model.shape != (len(batch),):
+            raise ValueError(f"a precomputed correct tensor must be bool of shape ({len(batch)},), "
+                             f"got {model.dtype} {tuple(model.shape)}")
+        correct, info = model, {"model": "precomputed correct"}
+    else:
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} out of range [1, inf)")
+        correct = evaluate_correct(model, batch, batch_size=batch_size, device=device, progress=progress)
+        s = model_stride(model)
+        if stride is None and s is not None and batch.modulus % s == 0:
+            stride = s
+        info = {"model": model_config(model) or type(model).__name__}
+    info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
+    return PhaseCurve.from_correct(correct, batch, stride=stride, n_boot=n_boot, n_perm=n_perm,
+                                   confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})

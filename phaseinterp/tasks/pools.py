@@ -1,0 +1,91 @@
+"""Token pools: which token ids a task may use as BOS/template, keys, values and filler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenPools:
+    """Disjoint sets of token ids a record-lookup task draws from.
+
+    Attributes:
+        keys: ids usable as key parts.
+        values: ids usable as value parts. A record's split (evaluation or calibration) is fixed
+            by the parity of its key and value indices in these pools, so both splits need
+            values of both parities.
+        filler: ids used for padding.
+        head: ids that open every prompt (BOS, or a chat template's header).
+        tail: ids that close every prompt after the final query (a chat template's footer).
+
+    Example:
+        >>> pools = TokenPools.synthetic(64)
+        >>> int(pools.head[0]), len(pools.keys), len(pools.values), len(pools.filler)
+        (0, 28, 28, 7)
+    """
+
+    keys: np.ndarray
+    values: np.ndarray
+    filler: np.ndarray
+    head: Sequence[int] = (0,)
+    tail: Sequence[int] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("keys", "values", "filler"):
+            arr = np.asarray(getattr(self, name), dtype=np.int64).reshape(-1)
+            if arr.size == 0:
+                raise ValueError(f"token pool {name!r} is empty; it needs at least one token id")
+            if len(np.unique(arr)) != arr.size:
+                raise ValueError(f"token pool {name!r} repeats a token id")
+            if arr.min() < 0:
+                raise ValueError(f"token pool {name!r} holds a negative id {int(arr.min())}")
+            object.__setattr__(self, name, arr)
+        object.__setattr__(self, "head", tuple(int(t) for t in self.head))
+        object.__setattr__(self, "tail", tuple(int(t) for t in self.tail))
+        sets = {n: set(getattr(self, n).tolist()) for n in ("keys", "values", "filler")}
+        sets["head/tail"] = set(self.head) | set(self.tail)
+        names = list(sets)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                both = sets[a] & sets[b]
+                if both:
+                    raise ValueError(
+                        f"token pools {a!r} and {b!r} share ids {sorted(both)[:5]}; they must be disjoint"
+                    )
+
+    @property
+    def max_id(self) -> int:
+        """Largest token id any pool uses."""
+        parts = [self.keys.max(), self.values.max(), self.filler.max(), *self.head, *self.tail]
+        return int(max(parts))
+
+    @classmethod
+    def synthetic(cls, vocab_size: int, bos_id: int = 0, filler_fraction: float = 0.125) -> TokenPools:
+        """Split a synthetic vocabulary into contiguous ranges: BOS, keys, values, filler.
+
+        Token `bos_id` is BOS; of the other `vocab_size - 1` ids, the last
+        `max(1, floor(filler_fraction * (vocab_size - 1)))` are filler and the rest is halved
+        between keys (first half) and values (second half).
+
+        Args:
+            vocab_size: model vocabulary size, at least 8.
+            bos_id: id of the BOS token, in [0, vocab_size).
+            filler_fraction: share of non-BOS ids used as filler, in (0, 0.5].
+
+        Raises:
+            ValueError: on a vocabulary too small or parameters out of range.
+        """
+        if vocab_size < 8:
+            raise ValueError(f"vocab_size={vocab_size} is too small; need at least 8")
+        if not 0 <= bos_id < vocab_size:
+            raise ValueError(f"bos_id={bos_id} out of range [0, {vocab_size})")
+        if not 0 < filler_fraction <= 0.5:
+            raise ValueError(f"filler_fraction={filler_fraction} out of range (0, 0.5]")
+        ids = np.array([i for i in range(vocab_size) if i != bos_id], dtype=np.int64)
+        n_fill = max(1, int(filler_fraction * len(ids)))
+        rest, filler = ids[:-n_fill], ids[-n_fill:]
+        half = len(rest) // 2
+        return cls(keys=rest[:half], values=rest[half : 2 * half], filler=filler, head=(bos_id,))

@@ -1,0 +1,69 @@
+"""Figures: values, intervals, overlays, stride marks, HTML export; never show()."""
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from phaseinterp.measure import PhaseCurve
+from phaseinterp.plot import phase_figure, save_html
+
+
+def curve(rates, label, stride=4, seed=0):
+    rng = np.random.default_rng(seed)
+    R = len(rates)
+    residue = np.tile(np.arange(R), 40)
+    example = np.repeat(np.arange(40), R)
+    correct = rng.random(len(residue)) < np.asarray(rates)[residue]
+    return PhaseCurve.from_correct(correct, residue=residue, example_id=example, modulus=R, stride=stride,
+                                   n_boot=100, n_perm=50, label=label)
+
+
+@pytest.fixture(autouse=True)
+def no_show(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the library called show()")
+    monkeypatch.setattr(go.Figure, "show", fail)
+
+
+def test_one_curve_with_intervals_and_stride_marks():
+    c = curve([0.9, 0.8, 0.7, 0.2] * 3, "compressed")
+    fig = phase_figure(c)
+    (trace,) = fig.data
+    assert trace.name == "compressed"
+    assert np.allclose(trace.y, 100 * c.accuracy) and np.allclose(trace.x, np.arange(12))
+    assert np.allclose(trace.error_y.array, 100 * (c.boot_hi - c.accuracy))
+    assert np.allclose(trace.error_y.arrayminus, 100 * (c.accuracy - c.boot_lo))
+    assert sorted(s.x0 for s in fig.layout.shapes) == [3.5, 7.5]
+    assert "compressed: phase effect" in fig.layout.title.text
+    wilson = phase_figure(c, interval="wilson").data[0]
+    assert np.allclose(wilson.error_y.array, 100 * (c.wilson_hi - c.accuracy))
+    assert phase_figure(c, interval=None).data[0].error_y.array is None
+
+
+def test_overlay_of_several_curves_and_strides():
+    full, comp = curve([0.6] * 24, "full", stride=None), curve([0.9, 0.8, 0.7, 0.2] * 6, "w4s4")
+    fig = phase_figure({"full attention": full, "compressed": comp}, strides=[4, 8])
+    assert [t.name for t in fig.data] == ["full attention", "compressed"]
+    assert np.allclose(fig.data[1].y, 100 * comp.accuracy)
+    xs = sorted(s.x0 for s in fig.layout.shapes)
+    assert xs == sorted([k * 4 - 0.5 for k in range(1, 6)] + [k * 8 - 0.5 for k in range(1, 3)])
+    assert {s.line.dash for s in fig.layout.shapes} == {"dot", "dash"}
+    assert [t.name for t in phase_figure([full, comp]).data] == ["full", "w4s4"]
+
+
+def test_html_export(tmp_path):
+    fig = phase_figure(curve([0.5, 0.9, 0.9, 0.9], "x"))
+    path = save_html(fig, tmp_path / "sub" / "fig.html")
+    text = path.read_text()
+    assert path.exists() and "plotly" in text.lower() and '"name":"x"' in text.replace(" ", "")
+    assert path.stat().st_size > 1_000_000  # plotly.js embedded: works offline
+
+
+def test_bad_arguments():
+    c = curve([0.5, 0.6], "x", stride=None)
+    with pytest.raises(ValueError, match="unknown interval 'sd'; choose one of: bootstrap, wilson, None"):
+        phase_figure(c, interval="sd")
+    with pytest.raises(ValueError, match="no curves to plot"):
+        phase_figure([])
+    with pytest.raises(ValueError, match=r"stride=0 out of range"):
+        phase_figure(c, strides=[0])
