@@ -1,0 +1,59 @@
+"""The idealized retrieval model of PAPER.md section 4 ("Theory") as a simulator.
+
+Modules, in reading order: `config` (validated configs), `task` (embeddings, contexts, queries),
+`model` (log-linear gates, compressed attention, cross-entropy), `optimum` (exact static-rule
+loss at eps = 0, Theorem 1), `flow` (gradient-flow integrators), `diagnostics` (one-hot-ness,
+static concentration, coverage, per-phase accuracy), `experiments` (the four experiments),
+`figures` (plotly builders). See docs/theory.md.
+
+Example:
+    >>> from phaseinterp.theory import TheoryConfig, FlowConfig, integrate, evaluate
+    >>> cfg, flow = TheoryConfig(N=64), FlowConfig(n_steps=50)
+    >>> res = integrate(cfg, flow, seeds=[0, 1])
+    >>> bool(evaluate(res.theta, cfg, flow, res.seeds).seeds["coverage"].between(0, 1).all())
+    True
+"""
+
+from phaseinterp.theory.config import FlowConfig, TheoryConfig
+from phaseinterp.theory.diagnostics import (
+    Evaluation,
+    best_coverage,
+    evaluate,
+    expected_random_coverage,
+    gate_stats,
+    head_table,
+    phase_accuracy,
+)
+from phaseinterp.theory.experiments import (
+    Experiment,
+    run_optimum,
+    run_seeds,
+    run_sweep,
+    run_trajectory,
+)
+from phaseinterp.theory.flow import FlowResult, flow_field, init_table, integrate
+from phaseinterp.theory.model import (
+    candidate_logits,
+    gate_probs,
+    gate_table,
+    gated_loss,
+    query_losses,
+    static_loss_mc,
+)
+from phaseinterp.theory.optimum import (
+    exact_static_loss,
+    optimize_static_rules,
+    static_rule_survey,
+    theorem1_loss,
+    theorem1_rules,
+)
+from phaseinterp.theory.task import RunData, build_runs, make_embeddings, near_equiangular_gram, sample_contexts
+
+__all__ = [
+    "Evaluation", "Experiment", "FlowConfig", "FlowResult", "RunData", "TheoryConfig", "best_coverage",
+    "build_runs", "candidate_logits", "evaluate", "exact_static_loss", "expected_random_coverage", "flow_field",
+    "gate_probs", "gate_stats", "gate_table", "gated_loss", "head_table", "init_table", "integrate",
+    "make_embeddings", "near_equiangular_gram", "optimize_static_rules", "phase_accuracy", "query_losses",
+    "run_optimum", "run_seeds", "run_sweep", "run_trajectory", "sample_contexts", "static_loss_mc",
+    "static_rule_survey", "theorem1_loss", "theorem1_rules",
+]
