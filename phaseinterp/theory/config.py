@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass
 EPS_MAX = 0.5
 
 
-def _check_int(name: str, value: object, low: int, high: float, hint: str = "") -> None:
+def _check_int(name: str, value: object, low: int, high: int | float, hint: str = "") -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         upper = "inf" if high == math.inf else str(int(high))
         raise ValueError(f"{name}={value!r} out of range: need an integer in [{low}, {upper}]{hint}")
 
 
-def _check_float(name: str, value: object, low: float, high: float, *, open_low: bool = False,
+def _check_float(name: str, value: object, low: float, high: int | float, *, open_low: bool = False,
                  open_high: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if open_low else value >= low)

@@ -1,0 +1,256 @@
+"""`SpecializationMap`: a labeled array of intervention effects (e.g. layer x KV head x residue)
+with its provenance, ranking, coverage, tables, JSON round trip and a heatmap."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from phaseinterp.measure.provenance import dumps, jsonable, versions
+
+BY = ("important", "abs", "neg", "pos")
+
+
+def _from_json_array(x: Any) -> np.ndarray:
+    a = np.array(x, dtype=object)
+    return np.where(a == None, np.nan, a).astype(np.float64)  # noqa: E711
+
+
+@dataclass(repr=False)
+class SpecializationMap:
+    """Effects of an intervention on labeled units, e.g. `values[layer, kv_head, residue]`.
+
+    Attributes:
+        values: the effect per cell (float array, nan where undefined).
+        dims: axis names, e.g. ("layer", "kv_head", "residue"); the last is drawn on x.
+        coords: labels of each axis, e.g. {"layer": [0, 1], "kv_head": [0, 1], "residue": [0, 1, 2, 3]}.
+        lo, hi: optional interval bounds of the same shape (bootstrap).
+        extras: further arrays with the same leading axes (e.g. accuracy after knockout).
+        clean: the clean phase curve as a dict (`PhaseCurve.to_dict()`), when there is one.
+        quantity: what a value means, e.g. "relative accuracy change (%)".
+        direction: -1 if more negative means the unit matters more (knockout), +1 if larger does
+            (patching restores), 0 if both signs matter (attribution).
+        clip: heatmap color range +-clip (100 for % maps); None = largest |value|.
+        meta: model config, seeds, intervention settings, task, library versions.
+
+    Example:
+        >>> m = SpecializationMap(np.array([[[-100.0, 0.0], [0.0, -80.0]]]), ("layer", "kv_head", "residue"),
+        ...                       {"layer": [0], "kv_head": [0, 1], "residue": [0, 1]}, direction=-1)
+        >>> m.coverage(threshold=50)
+        {'0.0': [0], '0.1': [1]}
+        >>> m.top(1)[["unit", "residue", "value"]].values.tolist()
+        [['0.0', 0, -100.0]]
+    """
+
+    values: np.ndarray
+    dims: tuple[str, ...]
+    coords: dict[str, list]
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    clean: dict[str, Any] | None = None
+    quantity: str = ""
+    direction: int = -1
+    clip: float | int | None = 100.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    html_plotlyjs = "cdn"  # how `_repr_html_` embeds plotly.js; True for offline notebooks
+
+    def __post_init__(self) -> None:
+        self.values = np.asarray(self.values, dtype=np.float64)
+        self.dims = tuple(self.dims)
+        if self.values.ndim != len(self.dims):
+            raise ValueError(f"values has {self.values.ndim} axes but dims={self.dims} names {len(self.dims)}")
+        if set(self.coords) != set(self.dims):
+            raise ValueError(f"coords keys {sorted(self.coords)} must equal dims {list(self.dims)}")
+        self.coords = {d: list(self.coords[d]) for d in self.dims}
+        for d, n in zip(self.dims, self.values.shape):
+            if len(self.coords[d]) != n:
+                raise ValueError(f"coords[{d!r}] has {len(self.coords[d])} labels for an axis of length {n}")
+        for name in ("lo", "hi"):
+            a = getattr(self, name)
+            if a is not None:
+                a = np.asarray(a, dtype=np.float64)
+                if a.shape != self.values.shape:
+                    raise ValueError(f"{name} has shape {a.shape}, values {self.values.shape}")
+                setattr(self, name, a)
+        self.extras = {k: np.asarray(v, dtype=np.float64) for k, v in self.extras.items()}
+        if self.direction not in (-1, 0, 1):
+            raise ValueError(f"direction={self.direction} is invalid: allowed -1, 0 or 1")
+
+    # ---- access ---------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
+    def index(self, dim: str, label: Any) -> int:
+        """Position of `label` on axis `dim`."""
+        if dim not in self.coords:
+            raise ValueError(f"dim={dim!r} is invalid: allowed {list(self.dims)}")
+        try:
+            return self.coords[dim].index(label)
+        except ValueError:
+            raise ValueError(f"{dim}={label!r} is invalid: allowed {self.coords[dim]}") from None
+
+    def sel(self, **labels: Any) -> np.ndarray:
+        """Values at the given labels, e.g. `m.sel(layer=0, kv_head=1)` -> values over residue."""
+        idx = tuple(self.index(d, labels[d]) if d in labels else slice(None) for d in self.dims)
+        unknown = set(labels) - set(self.dims)
+        if unknown:
+            raise ValueError(f"unknown dims {sorted(unknown)}: allowed {list(self.dims)}")
+        return self.values[idx]
+
+    def row_labels(self) -> list[str]:
+        """One label per row of the 2-D view (all axes but the last), e.g. "layer.head" = "1.0"."""
+        rows = [[]]
+        for d in self.dims[:-1]:
+            rows = [r + [str(c)] for r in rows for c in self.coords[d]]
+        return [".".join(r) for r in rows]
+
+    def as_2d(self, values: np.ndarray | None = None) -> np.ndarray:
+        """Rows = all axes but the last flattened (in `row_labels` order), columns = the last axis."""
+        v = self.values if values is None else values
+        return v.reshape(-1, self.values.shape[-1])
+
+    def _importance(self, by: str) -> np.ndarray:
+        if by not in BY:
+            raise ValueError(f"by={by!r} is invalid: allowed one of {list(BY)}")
+        if by == "important":
+            by = {-1: "neg", 1: "pos", 0: "abs"}[self.direction]
+        return {"abs": np.abs(self.values), "neg": -self.values, "pos": self.values}[by]
+
+    # ---- summaries ------------------------------------------------------------------------------
+    def top(self, k: int = 10, by: str = "important") -> pd.DataFrame:
+        """The k cells that matter most: by="important" follows `direction` (most negative for
+        knockout maps), or "abs", "neg", "pos". NaN cells are never chosen."""
+        if k < 1:
+            raise ValueError(f"k={k} out of range: must be >= 1")
+        score = np.nan_to_num(self._importance(by), nan=-np.inf).reshape(-1)
+        order = np.argsort(-score, kind="stable")
+        order = [i for i in order if np.isfinite(score[i])][:k]
+        return self.to_pandas().iloc[order].reset_index(drop=True)
+
+    def coverage(self, threshold: float | int = 50.0, *, dim: str | None = None, significant: bool = False
+                 ) -> dict[str, list]:
+        """Per row unit (e.g. "layer.kv_head"), the labels of `dim` (default the last axis, the
+        residue) where the unit matters: value <= -threshold (direction -1), >= threshold (+1),
+        or |value| >= threshold (0). With `significant`, the interval must also exclude 0."""
+        dim = self.dims[-1] if dim is None else dim
+        if dim != self.dims[-1]:
+            moved = SpecializationMap(np.moveaxis(self.values, self.dims.index(dim), -1),
+                                      tuple(d for d in self.dims if d != dim) + (dim,), self.coords,
+                                      None if self.lo is None else np.moveaxis(self.lo, self.dims.index(dim), -1),
+                                      None if self.hi is None else np.moveaxis(self.hi, self.dims.index(dim), -1),
+                                      direction=self.direction)
+            return moved.coverage(threshold, significant=significant)
+        if self.direction == -1:
+            hit = self.values <= -threshold
+        elif self.direction == 1:
+            hit = self.values >= threshold
+        else:
+            hit = np.abs(self.values) >= threshold
+        if significant and self.lo is not None and self.hi is not None:
+            hit &= (self.hi < 0) | (self.lo > 0)
+        labels = self.coords[dim]
+        return {row: [labels[j] for j in np.flatnonzero(h)] for row, h in zip(self.row_labels(), self.as_2d(hit))}
+
+    def uncovered(self, threshold: float | int = 50.0) -> list:
+        """Labels of the last axis (residues) that no unit covers at `threshold`."""
+        cov = self.coverage(threshold)
+        hit = {r for rs in cov.values() for r in rs}
+        return [r for r in self.coords[self.dims[-1]] if r not in hit]
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Long table: one row per cell with a column per axis, `unit` (row label), `value`,
+        `lo`/`hi` when present, and one column per extra array of the same shape."""
+        grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
+        df = pd.DataFrame({d: np.asarray(self.coords[d], dtype=object)[g.reshape(-1)] for d, g in zip(self.dims, grids)})
+        rows = np.repeat(self.row_labels(), self.shape[-1])
+        df.insert(0, "unit", rows)
+        df["value"] = self.values.reshape(-1)
+        if self.lo is not None:
+            df["lo"], df["hi"] = self.lo.reshape(-1), self.hi.reshape(-1)
+        for k, v in self.extras.items():
+            if v.shape == self.shape:
+                df[k] = v.reshape(-1)
+        for d in self.dims:
+            if all(isinstance(c, (int, np.integer)) for c in self.coords[d]):
+                df[d] = df[d].astype(np.int64)
+        return df
+
+    # ---- serialization --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (nan -> None)."""
+        return jsonable({"kind": "SpecializationMap", "dims": list(self.dims), "coords": self.coords,
+                         "values": self.values, "lo": self.lo, "hi": self.hi, "extras": self.extras,
+                         "clean": self.clean, "quantity": self.quantity, "direction": self.direction,
+                         "clip": self.clip, "meta": {**self.meta, "versions": self.meta.get("versions", versions())}})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpecializationMap:
+        if d.get("kind") != "SpecializationMap":
+            raise ValueError(f"not a SpecializationMap dict (kind={d.get('kind')!r})")
+        return cls(values=_from_json_array(d["values"]), dims=tuple(d["dims"]), coords=d["coords"],
+                   lo=None if d["lo"] is None else _from_json_array(d["lo"]),
+                   hi=None if d["hi"] is None else _from_json_array(d["hi"]),
+                   extras={k: _from_json_array(v) for k, v in d["extras"].items()}, clean=d["clean"],
+                   quantity=d["quantity"], direction=d["direction"], clip=d["clip"], meta=d["meta"])
+
+    def save(self, path: str | Path) -> Path:
+        """Write JSON (`.json`) or the long table (`.csv`); returns the path.
+
+        Example:
+            >>> m.save("out/knockout.json"); SpecializationMap.load("out/knockout.json")  # doctest: +SKIP
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".csv":
+            self.to_pandas().to_csv(path, index=False)
+        elif path.suffix == ".json":
+            path.write_text(dumps(self.to_dict()))
+        else:
+            raise ValueError(f"path suffix {path.suffix!r} is invalid: allowed '.json' or '.csv'")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> SpecializationMap:
+        """Read a map written by `save(... .json)`."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    # ---- display --------------------------------------------------------------------------------
+    def figure(self, **kwargs: Any):
+        """Plotly heatmap (see `phaseinterp.plot_maps.map_figure`)."""
+        from phaseinterp.plot_maps import map_figure
+
+        return map_figure(self, **kwargs)
+
+    def __repr__(self) -> str:
+        what = self.meta.get("intervention", {}).get("kind", "") if isinstance(self.meta.get("intervention"), dict) else ""
+        shape = " x ".join(f"{d}[{n}]" for d, n in zip(self.dims, self.shape))
+        finite = self.values[np.isfinite(self.values)]
+        rng = f", range [{finite.min():.3g}, {finite.max():.3g}]" if finite.size else ""
+        return f"SpecializationMap({what + ': ' if what else ''}{shape}, {self.quantity or 'value'}{rng})"
+
+    def _repr_html_(self) -> str:
+        fig = self.figure().to_html(full_html=False, include_plotlyjs=self.html_plotlyjs)
+        top = self.top(min(8, int(np.isfinite(self.values).sum()) or 1)).to_html(index=False, float_format=lambda x: f"{x:.3g}")
+        return f"<div><p><code>{self!r}</code></p>{fig}<p>top cells</p>{top}</div>"
+
+
+def stack_maps(maps: Sequence[SpecializationMap], dim: str, labels: Sequence[Any]) -> SpecializationMap:
+    """Stack maps with equal axes along a new leading axis `dim` (e.g. one map per checkpoint)."""
+    if not maps or len(maps) != len(labels):
+        raise ValueError(f"need one label per map: got {len(maps)} maps and {len(labels)} labels")
+    first = maps[0]
+    for m in maps[1:]:
+        if m.dims != first.dims or m.coords != first.coords:
+            raise ValueError("maps to stack must have the same dims and coords")
+    stack = lambda xs: None if any(x is None for x in xs) else np.stack(xs)  # noqa: E731
+    return SpecializationMap(np.stack([m.values for m in maps]), (dim, *first.dims), {dim: list(labels), **first.coords},
+                             stack([m.lo for m in maps]), stack([m.hi for m in maps]), quantity=first.quantity,
+                             direction=first.direction, clip=first.clip, meta={"stacked": [m.meta for m in maps]})

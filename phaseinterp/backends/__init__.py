@@ -1,0 +1,25 @@
+"""Backends: one interface (tokens -> logits, named units, reads, interventions) for our model,
+HuggingFace DeepSeek-V4 and any HuggingFace causal LM, through nnsight (see docs/backends.md).
+
+Example:
+    >>> from phaseinterp import HookedCompressedTransformer, preset
+    >>> from phaseinterp.backends import Replace, Unit, backend_for
+    >>> backend = backend_for(HookedCompressedTransformer(preset("tiny-w4s4"), seed=0))
+    >>> [u.name for u in backend.units("gate")]
+    ['L0.gate0', 'L0.gate1', 'L1.gate0', 'L1.gate1']
+"""
+
+import beartype  # noqa: F401  (import before nnsight, see RECIPES.md)
+
+from phaseinterp.backends.base import Backend, Read  # noqa: E402
+from phaseinterp.backends.batching import BatchedNNsight  # noqa: E402
+from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend  # noqa: E402
+from phaseinterp.backends.edits import Edit, Replace, SetEntries, SetGate  # noqa: E402
+from phaseinterp.backends.hf import HFCausalLMBackend  # noqa: E402
+from phaseinterp.backends.hooked import HookedBackend  # noqa: E402
+from phaseinterp.backends.load import backend_for, load_pretrained  # noqa: E402
+from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Unit  # noqa: E402
+
+__all__ = ["Backend", "BackendConfig", "BatchedNNsight", "DeepseekV4Backend", "Edit", "HFCausalLMBackend",
+           "HookedBackend", "Read", "Replace", "SetEntries", "SetGate", "UNIT_KINDS", "Unit", "backend_for",
+           "load_pretrained"]

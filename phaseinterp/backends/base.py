@@ -1,0 +1,363 @@
+"""`Backend`: one interface to every model (tokens -> logits, named units, reads, interventions).
+
+A backend is a callable `tokens [batch, pos] -> logits [batch, pos, vocab]`, so anything that
+accepts a model callable (`phase_sweep`, `evaluate_correct`) accepts a backend. Interventions run
+through nnsight on the wrapped model: inside `with backend.intervene(*edits):` every call applies
+the edits; on leaving the block (also on error) they are gone, and nothing is left on the model.
+`run_batched` runs many intervention variants as one batched forward (one nnsight invoke each).
+
+Subclasses describe where each site lives in their model (`_site`) and its geometry; the trace
+engine here is shared, so an edit means the same thing on every model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from phaseinterp.backends.batching import BatchedNNsight
+from phaseinterp.backends.compat import TLCompat
+from phaseinterp.backends.edits import Edit, Positions, _positions, sites
+from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Unit
+
+SITE_ORDER = {"gate": 0, "entry": 1, "head": 10, "layer": 11}  # forward order inside one layer
+
+
+@dataclass
+class Site:
+    """Where a site's activation lives, inside a trace: `get()` the raw value, `set(raw)` a new one,
+    and convert between the raw and the canonical layout (see `phaseinterp.backends.edits`)."""
+
+    get: Callable[[], Tensor]
+    set: Callable[[Tensor], None]
+    to_canon: Callable[[Tensor], Tensor] = lambda raw: raw
+    from_canon: Callable[[Tensor, Tensor], Tensor] = lambda canon, raw: canon
+
+
+@dataclass(frozen=True, eq=False)
+class Read:
+    """One activation to read: site ("head", "layer", "gate" or "entry"), layer, branch and, for
+    head and layer sites, the positions to keep: None (all), shared ints, or per row a tensor
+    [batch] / [batch, n_sites] (then the read is [batch, n_sites, ...])."""
+
+    site: str
+    layer: int
+    branch: int = 0
+    positions: Positions | None = None
+
+
+class Backend(TLCompat):
+    """Base class; see `HookedBackend`, `DeepseekV4Backend`, `HFCausalLMBackend`.
+
+    Example:
+        >>> backend = HookedBackend(model)  # doctest: +SKIP
+        >>> clean = backend(tokens)  # doctest: +SKIP
+        >>> with backend.intervene(Replace(Unit("kv_head", 1, 0))):  # doctest: +SKIP
+        ...     knocked = backend(tokens)
+    """
+
+    cfg: BackendConfig
+
+    def __init__(self, model: torch.nn.Module, cfg: BackendConfig) -> None:
+        self.model = model.eval()
+        self.cfg = cfg
+        self._nn: BatchedNNsight | None = None
+        self._active: list[Edit] = []
+
+    # ---- to be provided by subclasses ------------------------------------------------------
+    def _forward(self, tokens: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _logits(self, output: Any) -> Tensor:
+        return output
+
+    def _call_kwargs(self, positions: Tensor | None = None, n_invokes: int = 1) -> dict[str, Any]:
+        """Keyword arguments of the model call (HF: `use_cache=False`, `logits_to_keep`)."""
+        return {}
+
+    def _pick(self, logits: Tensor, rows: Tensor, positions: Tensor) -> Tensor:
+        """Each row's logits at its position, from the model output of a traced call."""
+        return logits[rows, positions.to(logits.device)]
+
+    def _site(self, site: str, layer: int, branch: int) -> Site:
+        raise NotImplementedError
+
+    def n_entries(self, layer: int, seq_len: int) -> int:
+        """Complete windows (compressed entries) of `layer` in a sequence of `seq_len` tokens."""
+        raise ValueError(f"layer {layer} has no compressor")
+
+    def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]:
+        """Which window slots of `layer` hold a real position (False before position 0)."""
+        raise ValueError(f"layer {layer} has no compressor")
+
+    def gate_shape(self, layer: int) -> tuple[int, int]:
+        """(kv_head, channel) trailing axes of the canonical gate layout of `layer`."""
+        raise ValueError(f"layer {layer} has no compressor")
+
+    def entry_shape(self, layer: int) -> tuple[int, int]:
+        """(kv_head, d_entry) trailing axes of the canonical entry layout of `layer`."""
+        raise ValueError(f"layer {layer} has no compressor")
+
+    # ---- units -------------------------------------------------------------------------------
+    def units(self, kind: str | None = None) -> list[Unit]:
+        """All units of one kind ("layer", "kv_head", "head", "gate"), or of every kind.
+
+        Example:
+            >>> [u.name for u in backend.units("kv_head")]  # doctest: +SKIP
+            ['L0.kv0', 'L1.kv0']
+        """
+        if kind is not None and kind not in UNIT_KINDS:
+            raise ValueError(f"unit kind={kind!r} is invalid: allowed {list(UNIT_KINDS)}")
+        c = self.cfg
+        out = []
+        for layer in range(c.n_layers):
+            if kind in (None, "layer"):
+                out.append(Unit("layer", layer))
+            if kind in (None, "kv_head"):
+                out += [Unit("kv_head", layer, k) for k in range(c.n_kv_heads)]
+            if kind in (None, "head"):
+                out += [Unit("head", layer, h) for h in range(c.n_heads)]
+            if kind in (None, "gate"):
+                out += [Unit("gate", layer, b) for b in range(len(c.gate_branches[layer]))]
+        return out
+
+    def check_unit(self, unit: Unit) -> Unit:
+        """Return `unit` if this model has it, else raise ValueError with the allowed range."""
+        c = self.cfg
+        if not isinstance(unit, Unit):
+            raise ValueError(f"unit={unit!r} is invalid: allowed a phaseinterp.backends.Unit")
+        if not 0 <= unit.layer < c.n_layers:
+            raise ValueError(f"{unit.name}: layer={unit.layer} is out of range: allowed 0..{c.n_layers - 1}")
+        limit = {"kv_head": c.n_kv_heads, "head": c.n_heads, "gate": len(c.gate_branches[unit.layer])}.get(unit.kind)
+        if unit.kind == "gate" and limit == 0:
+            allowed = [u.name for u in self.units("gate")]
+            raise ValueError(f"{unit.name}: layer {unit.layer} has no compressor; gate units: {allowed}")
+        if limit is not None and not 0 <= unit.index < limit:
+            raise ValueError(f"{unit.name}: {unit.kind} index={unit.index} is out of range: allowed 0..{limit - 1}")
+        return unit
+
+    def heads_of(self, unit: Unit) -> list[int]:
+        """Query heads a head / KV-head / layer unit covers (head h reads KV head h // group)."""
+        self.check_unit(unit)
+        g = self.cfg.group
+        if unit.kind == "head":
+            return [unit.index]
+        if unit.kind == "kv_head":
+            return list(range(unit.index * g, (unit.index + 1) * g))
+        if unit.kind == "layer":
+            return list(range(self.cfg.n_heads))
+        raise ValueError(f"{unit.name}: a gate unit has no query heads")
+
+    # ---- running ----------------------------------------------------------------------------
+    def _check_tokens(self, tokens: Tensor) -> Tensor:
+        if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.dtype not in (torch.long, torch.int32, torch.int64):
+            shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+            raise ValueError(f"tokens must be an integer tensor [batch, pos]; got {shape}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
+            bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)][0].item()
+            raise ValueError(f"token id {bad} is out of range: allowed 0..{self.cfg.vocab_size - 1}")
+        return tokens.long().to(self.device)
+
+    @property
+    def device(self) -> torch.device:
+        """Where inputs go: the device of the input embeddings (first parameter)."""
+        for p in self.model.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    @property
+    def nn(self) -> BatchedNNsight:
+        """The nnsight wrapper of the model (built on first use)."""
+        if self._nn is None:
+            self._nn = BatchedNNsight(self.model)
+            object.__setattr__(self._nn, "_phaseinterp_call_kwargs", self._call_kwargs())
+        return self._nn
+
+    def __call__(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+        """Logits [batch, pos, vocab], with the edits of the enclosing `intervene` blocks."""
+        tokens = self._check_tokens(tokens)
+        if not self._active:
+            with torch.no_grad():
+                return self._forward(tokens)
+        return self.run(tokens, self._active)[0]
+
+    @contextmanager
+    def intervene(self, *edits: Edit) -> Iterator[Backend]:
+        """Apply `edits` to every call inside the block; removed on exit, also on error.
+
+        Example:
+            >>> with backend.intervene(SetGate(Unit("gate", 1, 0), "uniform")):  # doctest: +SKIP
+            ...     curve = phase_sweep(backend, batch)
+        """
+        for e in edits:
+            if not hasattr(e, "apply"):
+                raise ValueError(f"edit {e!r} is invalid: allowed Replace, SetGate or SetEntries")
+            self.check_unit(e.unit)
+        n = len(self._active)
+        self._active.extend(edits)
+        try:
+            yield self
+        finally:
+            del self._active[n:]
+
+    def run(self, tokens: Int[Tensor, "batch pos"], edits: Sequence[Edit] = (),
+            reads: Sequence[Read] = ()) -> tuple[Float[Tensor, "batch pos vocab"], dict[Read, Tensor]]:
+        """One traced forward with `edits`, returning logits and the requested `reads`
+        (each read in its canonical layout, taken before any edit at the same site).
+
+        Example:
+            >>> read = Read("head", 2, positions=(-1,))  # doctest: +SKIP
+            >>> logits, values = backend.run(tokens, [SetGate(Unit("gate", 1, 0), "uniform")], [read])  # doctest: +SKIP
+            >>> values[read].shape  # z of layer 2 downstream of the gate edit: [batch, 1, head, d_head]  # doctest: +SKIP
+        """
+        logits, values = self._trace(self._check_tokens(tokens), [list(edits)], list(reads), None)
+        return logits[0], values[0]
+
+    def run_batched(self, tokens: Int[Tensor, "batch pos"], variants: Sequence[Sequence[Edit]], *,
+                    positions: Int[Tensor, " batch"] | None = None,
+                    variants_per_forward: int | None = None) -> Float[Tensor, "variant batch ..."]:
+        """Logits of `tokens` under each variant (a list of edits), several variants per forward.
+
+        Args:
+            tokens: [batch, pos] prompts (every variant runs on all of them).
+            variants: one list of edits per variant (an empty list is the clean run).
+            positions: per row, the position whose logits to keep ([variant, batch, vocab]);
+                None keeps all ([variant, batch, pos, vocab]).
+            variants_per_forward: variants per batched forward (default all at once).
+
+        Example:
+            >>> kv = backend.units("kv_head")  # doctest: +SKIP
+            >>> out = backend.run_batched(tokens, [[Replace(u)] for u in kv], positions=query_pos)  # doctest: +SKIP
+        """
+        tokens = self._check_tokens(tokens)
+        if positions is not None:
+            if positions.shape != (tokens.shape[0],):
+                raise ValueError(f"positions must have shape ({tokens.shape[0]},); got {tuple(positions.shape)}")
+            for p in positions.tolist():
+                _positions(p, tokens.shape[1])
+        chunk = len(variants) if variants_per_forward is None else variants_per_forward
+        if chunk < 1:
+            raise ValueError(f"variants_per_forward={variants_per_forward} is out of range: allowed >= 1")
+        out = []
+        for start in range(0, len(variants), chunk):
+            logits, _ = self._trace(tokens, [list(v) for v in variants[start : start + chunk]], [], positions)
+            out.extend(logits)
+        return torch.stack(out)
+
+    # ---- reads ------------------------------------------------------------------------------
+    def head_outputs(self, tokens: Int[Tensor, "batch pos"], positions: Positions = (-1,),
+                     layers: Sequence[int] | None = None) -> Float[Tensor, "batch layer n_pos head d_head"]:
+        """Per-head attention outputs z (what `Replace` on head units replaces) at `positions`
+        (shared ints, or per row a tensor [batch] / [batch, n_pos], e.g. `batch.query_pos`).
+
+        Example:
+            >>> mean_z = backend.head_outputs(calibration_tokens).mean(0)  # [layer, 1, head, d_head]  # doctest: +SKIP
+        """
+        layers = range(self.cfg.n_layers) if layers is None else layers
+        reads = [Read("head", self.check_unit(Unit("layer", l)).layer, 0, positions) for l in layers]
+        _, values = self.run(tokens, reads=reads)
+        return torch.stack([values[r] for r in reads], dim=1)
+
+    def layer_outputs(self, tokens: Int[Tensor, "batch pos"], positions: Positions = (-1,),
+                      layers: Sequence[int] | None = None) -> Float[Tensor, "batch layer n_pos d_model"]:
+        """Attention outputs of whole layers (what `Replace` on layer units replaces) at `positions`.
+
+        Example:
+            >>> backend.layer_outputs(tokens, positions=(-1,)).shape  # [batch, layer, 1, d_model]  # doctest: +SKIP
+        """
+        layers = range(self.cfg.n_layers) if layers is None else layers
+        reads = [Read("layer", self.check_unit(Unit("layer", l)).layer, 0, positions) for l in layers]
+        _, values = self.run(tokens, reads=reads)
+        return torch.stack([values[r] for r in reads], dim=1)
+
+    def gate_weights(self, tokens: Int[Tensor, "batch pos"], unit: Unit) -> Float[Tensor, "batch entry offset kv_head channel"]:
+        """Gate weights of a compressor branch (softmax over window offsets; 0 before position 0).
+
+        Example:
+            >>> g = backend.gate_weights(tokens, Unit("gate", 1, 0))  # [batch, entry, W, kv_head, channel]  # doctest: +SKIP
+            >>> profile = g.mean((0, 1, 3, 4))  # mean weight per window offset  # doctest: +SKIP
+        """
+        self.check_unit(unit)
+        if unit.kind != "gate":
+            raise ValueError(f"{unit.name}: gate_weights needs a gate unit")
+        read = Read("gate", unit.layer, unit.index)
+        return self.run(tokens, reads=[read])[1][read]
+
+    def entries(self, tokens: Int[Tensor, "batch pos"], unit: Unit) -> Float[Tensor, "batch entry kv_head d_entry"]:
+        """Compressed entries of a compressor branch, in the layout the model stores them.
+
+        Example:
+            >>> backend.entries(tokens, Unit("gate", 1, 0)).shape  # [batch, entry, kv_head, d]  # doctest: +SKIP
+        """
+        self.check_unit(unit)
+        if unit.kind != "gate":
+            raise ValueError(f"{unit.name}: entries needs a gate unit")
+        read = Read("entry", unit.layer, unit.index)
+        return self.run(tokens, reads=[read])[1][read]
+
+    # ---- the trace engine -------------------------------------------------------------------
+    def _check_read(self, read: Read, batch: int, seq_len: int) -> None:
+        if read.site not in SITE_ORDER:
+            raise ValueError(f"read site={read.site!r} is invalid: allowed {list(SITE_ORDER)}")
+        if read.site in ("gate", "entry"):
+            self.check_unit(Unit("gate", read.layer, read.branch))
+        else:
+            self.check_unit(Unit("layer", read.layer))
+        if read.positions is not None:
+            sites(read.positions, batch, seq_len)
+
+    def _trace(self, tokens: Tensor, variants: list[list[Edit]], reads: list[Read],
+               positions: Tensor | None) -> tuple[list[Tensor], list[dict[Read, Tensor]]]:
+        batch, seq_len = tokens.shape
+        for edits in variants:
+            for e in edits:
+                e.check(self, batch, seq_len)
+        for r in reads:
+            self._check_read(r, batch, seq_len)
+        logits: dict[int, Tensor] = {}
+        values: list[dict[Read, Tensor]] = [{} for _ in variants]
+        rows = torch.arange(batch, device=tokens.device)
+        nn = self.nn
+        object.__setattr__(nn, "_phaseinterp_call_kwargs", self._call_kwargs(positions, len(variants)))
+        try:
+            with torch.no_grad(), nn.trace() as tracer:
+                for i, edits in enumerate(variants):
+                    with tracer.invoke(tokens):
+                        self._apply(edits, reads, values[i])
+                        out = self._logits(nn.output)
+                        logits[i] = out if positions is None else self._pick(out, rows, positions)
+        finally:  # direct `backend.nn.trace(...)` calls get the plain call again
+            object.__setattr__(nn, "_phaseinterp_call_kwargs", self._call_kwargs())
+        return [logits[i] for i in range(len(variants))], values
+
+    def _apply(self, edits: list[Edit], reads: list[Read], store: dict[Read, Tensor]) -> None:
+        """Inside one invoke: visit the sites in forward order, read, then edit."""
+        plan: dict[tuple[int, int, int, str], tuple[list[Edit], list[Read]]] = defaultdict(lambda: ([], []))
+        for e in edits:
+            site, layer, branch = e.site
+            plan[(layer, SITE_ORDER[site] + 2 * branch * (site in ("gate", "entry")), branch, site)][0].append(e)
+        for r in reads:
+            plan[(r.layer, SITE_ORDER[r.site] + 2 * r.branch * (r.site in ("gate", "entry")), r.branch, r.site)][1].append(r)
+        for key in sorted(plan):
+            layer, _, branch, name = key
+            todo, wanted = plan[key]
+            site = self._site(name, layer, branch)
+            raw = site.get()
+            canon = site.to_canon(raw)
+            for r in wanted:
+                if r.positions is None:
+                    v = canon
+                else:
+                    pos = sites(r.positions, canon.shape[0], canon.shape[1]).to(canon.device)
+                    v = canon[torch.arange(canon.shape[0], device=canon.device)[:, None], pos]
+                store[r] = v.detach().clone()
+            if todo:
+                for e in todo:
+                    canon = e.apply(canon, self)
+                site.set(site.from_canon(canon, raw))

@@ -1,0 +1,99 @@
+"""TransformerLens-named access to any backend, for code written against our hooked model.
+
+`phaseinterp.interventions` edits activations by hook name (`{name: fn(block) -> block}`) through
+`final_logits`, `run_units` and `capture`. `TLCompat` gives every backend those three with the same
+signatures and meanings, for the hook names that exist on every model:
+
+    blocks.{l}.attn.hook_z                      [batch, pos, head, d_head]
+    blocks.{l}.hook_attn_out                    [batch, pos, d_model]
+    blocks.{l}.attn.compress_{b}.hook_gate      [batch, entry, offset, kv_head(, d_head)]
+    blocks.{l}.attn.compress_{b}.hook_out       [batch, entry, kv_head, d_entry]
+
+(`b` is a branch of `cfg.gate_branches[l]`; gates carry the channel axis only for vector gates,
+as on our model; DeepSeek-V4 gates are vector gates with one KV head.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from phaseinterp.backends.edits import HookEdit
+
+if TYPE_CHECKING:
+    from phaseinterp.backends.base import Backend
+
+_PATTERNS = [
+    (re.compile(r"^blocks\.(\d+)\.attn\.hook_z$"), "head"),
+    (re.compile(r"^blocks\.(\d+)\.hook_attn_out$"), "layer"),
+    (re.compile(r"^blocks\.(\d+)\.attn\.compress_(\w+)\.hook_gate$"), "gate"),
+    (re.compile(r"^blocks\.(\d+)\.attn\.compress_(\w+)\.hook_out$"), "entry"),
+]
+
+
+class TLCompat:
+    """Mixin giving a backend `final_logits`, `run_units` and `capture` by hook name."""
+
+    def hook_names(self: Backend) -> list[str]:
+        """Every hook name this backend answers to."""
+        names = []
+        for layer in range(self.cfg.n_layers):
+            names += [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.hook_attn_out"]
+            for b in self.cfg.gate_branches[layer]:
+                names += [f"blocks.{layer}.attn.compress_{b}.hook_gate", f"blocks.{layer}.attn.compress_{b}.hook_out"]
+        return names
+
+    def resolve_hook(self: Backend, name: str) -> tuple[str, int, int, bool]:
+        """(site, layer, branch, squeeze_channel) of a hook name; ValueError suggesting close names."""
+        for pattern, site in _PATTERNS:
+            m = pattern.match(name)
+            if m and int(m.group(1)) < self.cfg.n_layers:
+                layer = int(m.group(1))
+                if site in ("head", "layer"):
+                    return site, layer, 0, False
+                branches = self.cfg.gate_branches[layer]
+                if m.group(2) in branches:
+                    branch = branches.index(m.group(2))
+                    return site, layer, branch, site == "gate" and self.gate_shape(layer)[1] == 1
+        close = difflib.get_close_matches(name, self.hook_names(), n=5, cutoff=0.5)
+        raise ValueError(f"hook name {name!r} is not available on this backend ({self.cfg.model_class}); "
+                         f"closest: {close}; see backend.hook_names()")
+
+    def final_logits(self: Backend, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]
+                     ) -> Float[Tensor, "batch vocab"]:
+        """Next-token logits at `query_pos[i]` of each row (as `interventions.runner.final_logits`),
+        with the edits of enclosing `intervene` blocks."""
+        return self.run_batched(tokens, [list(self._active)], positions=query_pos)[0]
+
+    def run_units(self: Backend, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                  units: Sequence[dict[str, Callable[[Tensor], Tensor]]], *, max_rows: int = 2048
+                  ) -> Float[Tensor, "unit batch vocab"]:
+        """Logits at `query_pos` for each unit's `{hook name: fn(block) -> block}` edit, several
+        units per forward (as `interventions.runner.run_units`; at most `max_rows` rows each).
+
+        Example:
+            >>> zero = {"blocks.0.attn.hook_z": lambda z: torch.zeros_like(z)}
+            >>> backend.run_units(tokens, qpos, [{}, zero]).shape  # doctest: +SKIP
+            torch.Size([2, batch, vocab])
+        """
+        if max_rows < 1:
+            raise ValueError(f"max_rows={max_rows} is out of range: allowed >= 1")
+        variants = [[HookEdit(*self.resolve_hook(name)[:3], fn, self.resolve_hook(name)[3]) for name, fn in u.items()]
+                    for u in units]
+        per = max(1, max_rows // max(tokens.shape[0], 1))
+        return self.run_batched(tokens, variants, positions=query_pos, variants_per_forward=per)
+
+    def capture(self: Backend, tokens: Int[Tensor, "batch pos"], names: Sequence[str]) -> dict[str, Tensor]:
+        """Activations at the given hook names from one forward (as `interventions.runner.capture`)."""
+        from phaseinterp.backends.base import Read
+
+        reads = {}
+        for name in names:
+            site, layer, branch, squeeze = self.resolve_hook(name)
+            reads[name] = (Read(site, layer, branch), squeeze)
+        _, values = self.run(tokens, reads=[r for r, _ in reads.values()])
+        return {name: values[r][..., 0] if squeeze else values[r] for name, (r, squeeze) in reads.items()}

@@ -1,0 +1,154 @@
+"""`DeepseekV4Backend`: HuggingFace `DeepseekV4ForCausalLM` behind the backend interface (nnsight).
+
+Where the units live in the HF code (`transformers/models/deepseek_v4/modeling_deepseek_v4.py`):
+
+- Query heads: the input of `self_attn.o_a_proj` ([batch, pos, o_groups, heads/o_groups * head_dim],
+  group g holding heads g*H/G .. (g+1)*H/G - 1), viewed as [batch, pos, head, head_dim]. This is the
+  per-head attention output *after* the conjugate RoPE that undoes the rotation K = V picked up,
+  and before the grouped low-rank output projection mixes heads: the analogue of our `hook_z`.
+  There is one shared KV head (K = V), so the KV-head unit `L{l}.kv0` is every query head.
+- Layers: `self_attn` output[0], the attention output [batch, pos, hidden] before the
+  hyper-connection expands it into the `hc_mult` residual streams.
+- Gates (CSA and HCA layers, branch 0): the softmax inside the compressor's forward, reached
+  with nnsight's `.source` (`new_gate_softmax_0` in CSA, `chunk_gate_softmax_0` in HCA): exactly the
+  weights HF multiplies the payloads with, [batch, entry, offset, head_dim] -> canonical
+  [batch, entry, offset, 1, head_dim]. CSA: W = 2m, offsets 0..m-1 are the previous block's
+  `a` slots (entry 0: before position 0, weight 0), m..2m-1 the current block's `b` slots;
+  HCA: W = m. The lightning indexer's own compressor is not a unit; a gate edit changes the
+  entries, not which top-k entries the indexer selects.
+- Entries: the compressor output[0] [batch, 1, entry, head_dim] (after RMSNorm and RoPE at j*m)
+  -> canonical [batch, entry, 1, head_dim].
+
+The first access to `.source` instruments the compressor's forward in place (numerically
+identical; nnsight keeps it for later traces).
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Bool
+from torch import Tensor
+
+from phaseinterp.backends.base import Backend, Site
+from phaseinterp.backends.hf import HFMixin
+from phaseinterp.backends.units import BackendConfig
+
+CSA, HCA = "compressed_sparse_attention", "heavily_compressed_attention"
+
+
+def _tuple_site(envoy, index: int) -> Site:
+    """Site at `envoy.output[index]` of a module returning a tuple."""
+    held: dict[str, tuple] = {}
+
+    def get() -> Tensor:
+        held["out"] = tuple(envoy.output)
+        return held["out"][index]
+
+    def set_output(value: Tensor) -> None:
+        out = list(held["out"])
+        out[index] = value
+        envoy.output = tuple(out)
+
+    return Site(get=get, set=set_output)
+
+
+class DeepseekV4Backend(HFMixin, Backend):
+    """Backend for HF `DeepseekV4ForCausalLM` (random-weight tiny models or real checkpoints).
+
+    Args:
+        model: the HF model.
+        prefill_chunk: read long prompts this many tokens at a time in `final_logits` (the HF
+            attention is eager: one forward materializes [heads, pos, pos + entries] scores).
+
+    Example:
+        >>> backend = DeepseekV4Backend(DeepseekV4ForCausalLM(tiny_config))  # doctest: +SKIP
+        >>> gates = backend.gate_weights(tokens, Unit("gate", 1, 0))  # [batch, entry, 8, 1, head_dim]  # doctest: +SKIP
+    """
+
+    def __init__(self, model: torch.nn.Module, *, prefill_chunk: int | None = None) -> None:
+        hf = model.config
+        if getattr(hf, "model_type", None) != "deepseek_v4" or not hasattr(model, "model"):
+            raise ValueError(f"model of type {type(model).__name__} is invalid: allowed DeepseekV4ForCausalLM")
+        types = list(hf.layer_types)
+        rates = hf.compress_rates
+        cfg = BackendConfig(
+            kind="deepseek_v4", model_class=type(model).__name__, n_layers=hf.num_hidden_layers,
+            n_heads=hf.num_attention_heads, n_kv_heads=1, d_head=hf.head_dim, d_model=hf.hidden_size,
+            vocab_size=hf.vocab_size,
+            layer_strides=tuple(rates[t] if t in (CSA, HCA) else None for t in types),
+            gate_windows=tuple({CSA: 2 * rates[CSA], HCA: rates[HCA]}.get(t) if t in (CSA, HCA) else None for t in types),
+            gate_branches=tuple(("kv",) if t in (CSA, HCA) else () for t in types),
+        )
+        super().__init__(model, cfg)
+        self.prefill_chunk = self._check_chunk(prefill_chunk)
+        self.layer_types = types
+        self._softmax_op: dict[int, str] = {}
+
+    def _compressed(self, layer: int) -> str:
+        t = self.layer_types[layer]
+        if t not in (CSA, HCA):
+            raise ValueError(f"layer {layer} is {t!r}: it has no compressor")
+        return t
+
+    def n_entries(self, layer: int, seq_len: int) -> int:
+        self._compressed(layer)
+        return seq_len // self.cfg.layer_strides[layer]
+
+    def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]:
+        W, m = self.cfg.gate_windows[layer], self.cfg.layer_strides[layer]
+        valid = torch.ones(n_entries, W, dtype=torch.bool)
+        if self._compressed(layer) == CSA and n_entries:
+            valid[0, :m] = False
+        return valid
+
+    def gate_shape(self, layer: int) -> tuple[int, int]:
+        self._compressed(layer)
+        return (1, self.cfg.d_head)
+
+    def entry_shape(self, layer: int) -> tuple[int, int]:
+        self._compressed(layer)
+        return (1, self.cfg.d_head)
+
+    def _gate_op(self, layer: int) -> str:
+        """Name of the softmax over window slots in the compressor's forward (found once)."""
+        if layer not in self._softmax_op:
+            names = [op.name for op in self.nn.model.layers[layer].self_attn.compressor.source if "softmax" in op.name]
+            if len(names) != 1:
+                raise ValueError(f"layer {layer}: expected one softmax in the HF compressor forward, found {names}; "
+                                 "this transformers version lays the compressor out differently")
+            self._softmax_op[layer] = names[0]
+        return self._softmax_op[layer]
+
+    def _site(self, site: str, layer: int, branch: int) -> Site:
+        attn = self.nn.model.layers[layer].self_attn
+        if site == "head":
+            env = attn.o_a_proj
+            H, d = self.cfg.n_heads, self.cfg.d_head
+
+            def set_input(value: Tensor) -> None:
+                env.input = value
+
+            return Site(get=lambda: env.input, set=set_input,
+                        to_canon=lambda raw: raw.reshape(*raw.shape[:2], H, d),
+                        from_canon=lambda canon, raw: canon.reshape(raw.shape))
+        if site == "layer":
+            return _tuple_site(attn, 0)
+        if site == "entry":
+            s = _tuple_site(attn.compressor, 0)
+            s.to_canon = lambda raw: raw.permute(0, 2, 1, 3)
+            s.from_canon = lambda canon, raw: canon.permute(0, 2, 1, 3).to(raw.dtype)
+            return s
+        op = getattr(attn.compressor.source, self._gate_op(layer))
+
+        def set_gate(value: Tensor) -> None:
+            op.output = value
+
+        return Site(get=lambda: op.output, set=set_gate, to_canon=lambda raw: raw.unsqueeze(3),
+                    from_canon=lambda canon, raw: canon.squeeze(3).to(raw.dtype))
+
+    def _trace(self, tokens, variants, reads, positions):
+        # resolve the gate softmax names before the trace (iterating `.source` is structural)
+        layers = {e.unit.layer for v in variants for e in v if e.site[0] == "gate"}
+        for layer in layers | {r.layer for r in reads if r.site == "gate"}:
+            self._gate_op(layer)
+        return super()._trace(tokens, variants, reads, positions)

@@ -1,0 +1,118 @@
+"""`HookedBackend`: our `HookedCompressedTransformer` behind the backend interface, through nnsight.
+
+Sites are the model's TransformerLens hook points (docs/hooks.md), reached as nnsight modules:
+heads `blocks.{l}.attn.hook_z` [batch, pos, head, d_head], layers `blocks.{l}.hook_attn_out`,
+gates `blocks.{l}.attn.compress_{k,v,kv}.hook_gate` (scalar gates get a channel axis of 1),
+entries `...compress_*.hook_out` (after RMSNorm, before RoPE).
+
+Scores and patterns exist only on the explicit attention path (a HookPoint nnsight observes is
+not a TransformerLens hook, so the fused path would skip it): `attention_pattern` switches the
+explicit path on for the one layer and forward it reads (`model.set_explicit_attention(True)`
+does it for every layer, at the cost of a [pos, key] score matrix per layer) and restores the
+previous setting afterwards, also on error. Knockouts
+and gate edits do not need it and run on the fused path.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from phaseinterp.backends.base import Backend, Site
+from phaseinterp.backends.units import BackendConfig
+from phaseinterp.model import HookedCompressedTransformer
+
+
+def _hook_site(envoy) -> Site:
+    def set_output(value: Tensor) -> None:
+        envoy.output = value
+
+    return Site(get=lambda: envoy.output, set=set_output)
+
+
+class HookedBackend(Backend):
+    """Backend for `HookedCompressedTransformer`.
+
+    Example:
+        >>> from phaseinterp import HookedCompressedTransformer, preset
+        >>> from phaseinterp.backends import HookedBackend, Replace, Unit
+        >>> backend = HookedBackend(HookedCompressedTransformer(preset("tiny-w4s4"), seed=0))
+        >>> tokens = torch.randint(0, 512, (1, 16))
+        >>> with backend.intervene(Replace(Unit("kv_head", 0, 0))):
+        ...     knocked = backend(tokens)
+        >>> knocked.shape
+        torch.Size([1, 16, 512])
+    """
+
+    def __init__(self, model: HookedCompressedTransformer) -> None:
+        if not isinstance(model, HookedCompressedTransformer):
+            raise ValueError(f"model of type {type(model).__name__} is invalid: allowed HookedCompressedTransformer")
+        c = model.cfg
+        ccs = [c.compression(layer) for layer in range(c.n_layers)]
+        cfg = BackendConfig(
+            kind="hooked", model_class=type(model).__name__, n_layers=c.n_layers, n_heads=c.n_heads,
+            n_kv_heads=c.n_kv_heads, d_head=c.d_head, d_model=c.d_model, vocab_size=c.vocab_size,
+            layer_strides=tuple(None if cc is None else cc.stride for cc in ccs),
+            gate_windows=tuple(None if cc is None else cc.window for cc in ccs),
+            gate_branches=tuple(() if cc is None else (("kv",) if cc.kv == "tied" else ("k", "v")) for cc in ccs),
+        )
+        super().__init__(model, cfg)
+
+    def _forward(self, tokens: Tensor) -> Tensor:
+        return self.model(tokens)
+
+    def _cc(self, layer: int):
+        cc = self.model.cfg.compression(layer)
+        if cc is None:
+            raise ValueError(f"layer {layer} is full attention: it has no compressor")
+        return cc
+
+    def n_entries(self, layer: int, seq_len: int) -> int:
+        return self._cc(layer).n_entries(seq_len)
+
+    def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]:
+        cc = self._cc(layer)
+        starts = torch.arange(n_entries) * cc.stride - cc.pad
+        return (starts[:, None] + torch.arange(cc.window)) >= 0
+
+    def gate_shape(self, layer: int) -> tuple[int, int]:
+        c = self.model.cfg
+        return (c.n_kv_heads, c.d_head if self._cc(layer).gate == "vector" else 1)
+
+    def entry_shape(self, layer: int) -> tuple[int, int]:
+        self._cc(layer)
+        return (self.model.cfg.n_kv_heads, self.model.cfg.d_head)
+
+    def _site(self, site: str, layer: int, branch: int) -> Site:
+        block = self.nn.blocks[layer]
+        if site == "head":
+            return _hook_site(block.attn.hook_z)
+        if site == "layer":
+            return _hook_site(block.hook_attn_out)
+        compressor = getattr(block.attn, f"compress_{self.cfg.gate_branches[layer][branch]}")
+        if site == "entry":
+            return _hook_site(compressor.hook_out)
+        s = _hook_site(compressor.hook_gate)
+        if self._cc(layer).gate != "vector":
+            s.to_canon = lambda raw: raw[..., None]
+            s.from_canon = lambda canon, raw: canon[..., 0]
+        return s
+
+    def attention_pattern(self, tokens: Int[Tensor, "batch pos"], layer: int) -> Float[Tensor, "batch head pos key"]:
+        """`blocks.{layer}.attn.hook_pattern` through nnsight (explicit attention for this call only;
+        the key axis of compressed layers is documented in docs/hooks.md)."""
+        from phaseinterp.backends.units import Unit
+
+        self.check_unit(Unit("layer", layer))
+        tokens = self._check_tokens(tokens)
+        attn = self.model.blocks[layer].attn
+        before = attn.explicit
+        store: dict[str, Tensor] = {}
+        attn.explicit = True  # this layer only: the others keep their (fused) path
+        try:
+            with torch.no_grad(), self.nn.trace(tokens):
+                store["pattern"] = self.nn.blocks[layer].attn.hook_pattern.output.detach().clone()
+        finally:
+            attn.explicit = before
+        return store["pattern"]

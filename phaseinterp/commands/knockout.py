@@ -1,0 +1,238 @@
+"""`phaseinterp knockout`: KV-head (or head, or layer) knockout map by residue, written as
+JSON, CSV and HTML; optionally the head-output patching maps of a phase swap and a mapping swap."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
+mean over a disjoint calibration set (--replacement), on record lookup, and write
+OUT/knockout_map.{json,csv,html}, OUT/clean_curve.json and OUT/summary.json. Works on a checkpoint
+or on a random-weight model (--preset NAME --seed N)."""
+
+
+# ---- shared with `phaseinterp gates` ------------------------------------------------------------
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", nargs="?", help="checkpoint path (or use --preset)")
+    p.add_argument("--preset", help="random-weight model of this preset instead of a checkpoint")
+    p.add_argument("--seed", type=int, default=0, help="initialization seed for --preset (default 0)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+
+
+def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
+    from phaseinterp.tasks import PROTOCOLS, VARIANTS
+
+    p.add_argument("--modulus", type=int, help="residue modulus R (default: lcm of the model's strides)")
+    p.add_argument("--n-per-residue", type=int, default=n_per_residue,
+                   help=f"logical examples per residue (default {n_per_residue})")
+    p.add_argument("--protocol", choices=PROTOCOLS, help="padding protocol (default: the card's, else prefix)")
+    p.add_argument("--task", choices=list(VARIANTS), default="lookup", help="task variant (default lookup)")
+    p.add_argument("--n-records", type=int, help="records per prompt (default: the card's, else 64)")
+    p.add_argument("--n-demos", type=int, help="demonstrations per prompt (default: the card's, else 8)")
+    p.add_argument("--seq-len", type=int, help="prompt length (default: the card's, else the shortest that fits)")
+    p.add_argument("--card", type=Path, help="checkpoint card whose matched evaluation task sets the defaults "
+                                             "(default: CHECKPOINT with .json, when it is a card)")
+    p.add_argument("--task-seed", type=int, default=0, help="seed of the prompts (default 0)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
+
+
+def card_task(args: argparse.Namespace) -> dict[str, Any]:
+    """The matched evaluation task of the checkpoint's card (`data.eval_task`), or {} without a card."""
+    path = args.card
+    if path is None and args.checkpoint:
+        guess = Path(args.checkpoint).with_suffix(".json")
+        path = guess if guess.is_file() else None
+    if path is None:
+        return {}
+    try:
+        card = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"--card {str(path)!r} is not a readable JSON card: {err}") from None
+    task = card.get("data", {}).get("eval_task") if isinstance(card, dict) else None
+    if not isinstance(task, dict):
+        if args.card is not None:
+            raise ValueError(f"card {str(path)!r} has no data.eval_task")
+        return {}
+    return task
+
+
+def load_model(args: argparse.Namespace) -> torch.nn.Module:
+    """`phaseinterp.load(CHECKPOINT)` or `HookedCompressedTransformer(preset(NAME), seed=SEED)`, eval mode."""
+    if (args.checkpoint is None) == (args.preset is None):
+        raise ValueError("give a CHECKPOINT path or --preset NAME (exactly one)")
+    from phaseinterp import HookedCompressedTransformer, load, preset
+
+    torch.set_num_threads(max(1, args.threads))
+    model = (HookedCompressedTransformer(preset(args.preset), seed=args.seed) if args.preset
+             else load(args.checkpoint))
+    return model.to(args.device).eval()
+
+
+def source(args: argparse.Namespace) -> dict[str, Any]:
+    src = {"checkpoint": str(args.checkpoint)} if args.checkpoint else {"preset": args.preset, "init_seed": args.seed}
+    return {**src, "task": getattr(args, "task_kwargs", None)}
+
+
+def model_label(args: argparse.Namespace) -> str:
+    return Path(args.checkpoint).stem if args.checkpoint else f"{args.preset} (seed {args.seed})"
+
+
+def make_task(args: argparse.Namespace, model):
+    """(task, modulus) from the arguments, defaults from the checkpoint's card (its matched
+    evaluation task: vocabulary split, records, demonstrations, length) when there is one;
+    raises ValueError when the prompts do not fit."""
+    from phaseinterp.tasks import RecordLookup, default_modulus
+
+    cfg = model.cfg
+    if args.modulus is None:
+        try:
+            modulus = default_modulus(cfg.strides)
+        except ValueError:
+            raise ValueError("the model has full attention (no strides): give --modulus R") from None
+    else:
+        modulus = args.modulus
+    card = card_task(args)
+    pick = lambda name, default: getattr(args, name) if getattr(args, name) is not None else card.get(name, default)  # noqa: E731
+    kwargs = dict(vocab_size=card.get("vocab_size", cfg.vocab_size), n_records=pick("n_records", 64),
+                  n_demos=pick("n_demos", 8), protocol=pick("protocol", "prefix"), seq_len=pick("seq_len", None))
+    if kwargs["vocab_size"] > cfg.vocab_size:
+        raise ValueError(f"card vocab_size={kwargs['vocab_size']} exceeds the model's {cfg.vocab_size}")
+    task = RecordLookup.variant(args.task, **kwargs)
+    seq_len = task.geometry(modulus).seq_len
+    if seq_len > cfg.n_ctx:
+        raise ValueError(f"prompts of {seq_len} tokens exceed the model's n_ctx={cfg.n_ctx}; "
+                         "lower --n-records, --n-demos or --modulus")
+    args.task_kwargs = {**kwargs, "variant": args.task, "from_card": bool(card)}
+    return task, modulus
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    from phaseinterp.measure.provenance import dumps
+
+    path.write_text(dumps(obj))
+    return path
+
+
+# ---- the command ---------------------------------------------------------------------------------
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("knockout", help="knockout map: accuracy change by (layer, KV head, residue)",
+                              description=DESCRIPTION)
+    add_model_args(p)
+    add_task_args(p)
+    p.add_argument("--n-calib", type=int, help="calibration examples per residue (default: --n-per-residue)")
+    p.add_argument("--level", choices=["kv_head", "head", "layer"], default="kv_head")
+    p.add_argument("--replacement", choices=["mean", "zero", "resample"], default="mean")
+    p.add_argument("--per-residue", action="store_true", help="mean / resample within the row's residue")
+    p.add_argument("--positions", default="final",
+                   help="'final' (default), 'all' or comma-separated absolute positions")
+    p.add_argument("--method", choices=["auto", "incremental", "hooks"], default="auto")
+    p.add_argument("--threshold", type=float, default=50.0,
+                   help="a unit owns a residue when its knockout lowers accuracy by >= this %% (default 50)")
+    p.add_argument("--patching", action="store_true",
+                   help="also write head-output patching maps (phase swap +1, mapping swap)")
+    p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.set_defaults(func=run)
+
+
+def _positions(text: str):
+    if text in ("final", "all"):
+        return text
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--positions={text!r} is invalid: allowed 'final', 'all' or comma-separated ints") from None
+
+
+def unit_summary(smap) -> list[dict[str, Any]]:
+    """Per unit: mean, min and max change over residues, their range and the worst residue."""
+    import numpy as np
+
+    out = []
+    for label, row in zip(smap.row_labels(), smap.as_2d()):
+        ok = np.isfinite(row)
+        if not ok.any():
+            out.append({"unit": label, "mean": None})
+            continue
+        out.append({"unit": label, "mean": float(row[ok].mean()), "min": float(row[ok].min()),
+                    "max": float(row[ok].max()), "range": float(row[ok].max() - row[ok].min()),
+                    "worst_residue": int(np.asarray(smap.coords[smap.dims[-1]])[ok][row[ok].argmin()])})
+    return out
+
+
+def compute(args: argparse.Namespace) -> dict[str, Any]:
+    from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap, phase_swap
+
+    model = load_model(args)
+    task, modulus = make_task(args, model)
+    batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
+    calib = task.sample(args.n_calib or args.n_per_residue, modulus, seed=args.task_seed, split="calibration")
+    smap = knockout_map(model, batch, calib, level=args.level, replacement=args.replacement,
+                        per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
+                        n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args))
+    smap.meta["source"] = source(args)
+    out = {"knockout": smap, "model": model, "batch": batch}
+    if args.patching:
+        level = args.level if args.level != "layer" else "kv_head"
+        out["patch_mapping"] = activation_patching(model, mapping_swap(batch, seed=args.task_seed), unit="z",
+                                                   level=level, max_rows=args.max_rows)
+        out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), unit="z", level=level,
+                                                 max_rows=args.max_rows)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from phaseinterp.analysis import SpecializationMap
+    from phaseinterp.measure import PhaseCurve
+    from phaseinterp.plot import phase_figure
+    from phaseinterp.plot_maps import map_figure, save_html
+
+    try:
+        res = compute(args)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        print(f"phaseinterp knockout: error: {err}", file=sys.stderr)
+        return 2
+    smap: SpecializationMap = res["knockout"]
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    smap.save(out / "knockout_map.json")
+    smap.save(out / "knockout_map.csv")
+    save_html(map_figure(smap, title=f"{model_label(args)}: KV-head knockout, relative accuracy change (%)"),
+              out / "knockout_map.html")
+    curve = PhaseCurve.from_dict(smap.clean)
+    curve.to_json(out / "clean_curve.json")
+    save_html(phase_figure(curve), out / "clean_curve.html")
+    summary = {"source": source(args), "clean": curve.summary(), "threshold": args.threshold,
+               "coverage": smap.coverage(args.threshold), "uncovered_residues": smap.uncovered(args.threshold),
+               "units": unit_summary(smap), "top": smap.top(10).to_dict(orient="records"),
+               "method": smap.meta["intervention"]["method"]}
+    for key in ("patch_mapping", "patch_phase"):
+        if key in res:
+            res[key].save(out / f"{key}.json")
+            res[key].save(out / f"{key}.csv")
+            save_html(map_figure(res[key]), out / f"{key}.html")
+            summary[key] = {"top": res[key].top(6).to_dict(orient="records")}
+    write_json(out / "summary.json", summary)
+    print(repr(curve))
+    print(repr(smap))
+    print(f"{'unit':>8} " + " ".join(f"{r:>6}" for r in smap.coords["residue"]))
+    for label, row in zip(smap.row_labels(), smap.as_2d()):
+        print(f"{label:>8} " + " ".join("   nan" if row[i] != row[i] else f"{row[i]:6.0f}" for i in range(len(row))))
+    for u in summary["units"]:
+        if u["mean"] is not None:
+            print(f"  unit {u['unit']}: mean {u['mean']:.1f}%, min {u['min']:.1f}% (residue {u['worst_residue']}), "
+                  f"range over residues {u['range']:.1f} pp")
+    if curve.n_correct.sum() == 0:
+        print("note: the clean model is wrong at every residue, so relative changes are undefined (nan); "
+              "knockouts need a model that retrieves")
+    print(f"coverage (knockout <= -{args.threshold:g}%): {json.dumps(summary['coverage'])}")
+    print(f"residues no unit covers: {summary['uncovered_residues']}")
+    print(f"wrote {out}/knockout_map.json, .csv, .html, clean_curve.json, summary.json")
+    return 0

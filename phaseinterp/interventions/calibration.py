@@ -1,0 +1,149 @@
+"""Replacement activations for knockouts: head outputs of a disjoint calibration set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence, Union
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from phaseinterp.interventions.runner import _Stop, hooked, model_device
+from phaseinterp.tasks import PhaseBatch
+
+REPLACEMENTS = ("mean", "zero", "resample")
+Positions = Union[str, Sequence[int]]
+
+
+def check_positions(positions: Positions, seq_len: int) -> str | tuple[int, ...]:
+    """"final" (each row's query position), "all", or absolute positions in [0, seq_len)."""
+    if isinstance(positions, str):
+        if positions not in ("final", "all"):
+            raise ValueError(f"positions={positions!r} is invalid: allowed 'final', 'all' or a list of ints")
+        return positions
+    pos = tuple(int(p) for p in positions)
+    if not pos:
+        raise ValueError("positions is empty: give 'final', 'all' or at least one position")
+    for p in pos:
+        if not 0 <= p < seq_len:
+            raise ValueError(f"position {p} is invalid: allowed 0..{seq_len - 1}")
+    return pos
+
+
+def site_positions(positions: str | tuple[int, ...], query_pos: Int[Tensor, " batch"], seq_len: int
+                   ) -> Int[Tensor, "batch site"]:
+    """Absolute positions of every site of every row: [batch, n_sites]."""
+    B = len(query_pos)
+    if positions == "final":
+        return query_pos[:, None]
+    if positions == "all":
+        return torch.arange(seq_len, device=query_pos.device).expand(B, seq_len)
+    return torch.tensor(positions, device=query_pos.device).expand(B, len(positions))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Head outputs `z` of a calibration batch at the knockout sites, for every layer.
+
+    Attributes:
+        z: [row, layer, site, head, d_head] (site: the final position, or the chosen positions).
+        residue: residue of each calibration row. modulus: R.
+        positions: "final", "all" or the absolute positions the sites stand for.
+        meta: the calibration batch's task metadata (split, seed, config).
+    """
+
+    z: Float[Tensor, "row layer site head d_head"]
+    residue: Int[Tensor, " row"]
+    modulus: int
+    positions: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def mean(self) -> Float[Tensor, "layer site head d_head"]:
+        return self.z.mean(0)
+
+    def mean_by_residue(self) -> Float[Tensor, "modulus layer site head d_head"]:
+        """Mean per calibration residue; raises if a residue has no calibration row."""
+        counts = torch.bincount(self.residue, minlength=self.modulus)
+        if (counts == 0).any():
+            missing = (counts == 0).nonzero()[:, 0].tolist()
+            raise ValueError(f"calibration has no rows at residues {missing}; per-residue replacement needs all "
+                             f"residues 0..{self.modulus - 1}")
+        sums = torch.zeros(self.modulus, *self.z.shape[1:], dtype=self.z.dtype, device=self.z.device)
+        sums.index_add_(0, self.residue.to(self.z.device), self.z)
+        return sums / counts.to(self.z.device).view(-1, *[1] * (self.z.ndim - 1))
+
+    def replacement(self, kind: str, layer: int, residue: Int[Tensor, " batch"], *, per_residue: bool = False,
+                    seed: int = 0) -> Float[Tensor, "batch site head d_head"]:
+        """Replacement z of `layer` for rows with the given residues.
+
+        kind "mean": calibration mean (per residue with `per_residue`); "zero": zeros;
+        "resample": the activation of a random calibration row (of the same residue with
+        `per_residue`), drawn with `seed`, the same draw for every layer and unit.
+        """
+        if kind not in REPLACEMENTS:
+            raise ValueError(f"replacement={kind!r} is invalid: allowed one of {list(REPLACEMENTS)}")
+        if not 0 <= layer < self.z.shape[1]:
+            raise ValueError(f"layer={layer} is invalid: allowed 0..{self.z.shape[1] - 1}")
+        B = len(residue)
+        if kind == "zero":
+            return self.z.new_zeros(B, *self.z.shape[2:])
+        if per_residue and int(residue.max()) >= self.modulus:
+            raise ValueError(f"residue {int(residue.max())} out of range for calibration modulus {self.modulus}")
+        if kind == "mean":
+            if per_residue:
+                return self.mean_by_residue()[residue.to(self.z.device), layer]
+            return self.mean()[layer].expand(B, *self.z.shape[2:])
+        return self.z[self.resample_index(residue, per_residue, seed).to(self.z.device), layer]
+
+    def resample_index(self, residue: Int[Tensor, " batch"], per_residue: bool, seed: int) -> Int[Tensor, " batch"]:
+        rng = np.random.default_rng(seed)
+        res = residue.cpu().numpy()
+        if not per_residue:
+            return torch.from_numpy(rng.integers(len(self.residue), size=len(res)))
+        cal = self.residue.cpu().numpy()
+        out = np.empty(len(res), dtype=np.int64)
+        for r in np.unique(res):
+            pool = np.flatnonzero(cal == r)
+            if not len(pool):
+                raise ValueError(f"calibration has no rows at residue {int(r)}; per-residue resampling needs them")
+            rows = np.flatnonzero(res == r)
+            out[rows] = rng.choice(pool, size=len(rows))
+        return torch.from_numpy(out)
+
+
+def calibrate(model, batch: PhaseBatch, positions: Positions = "final") -> Calibration:
+    """Record every layer's head outputs `z` on a calibration batch at the knockout sites.
+
+    Sites: "final" = each calibration row's query position (`batch.query_pos`, the last
+    prompt token in RecordLookup), "all", or absolute positions. The forward stops after the
+    last layer's `hook_z`. Use a batch disjoint from the evaluated one (`split="calibration"`).
+
+    Example:
+        >>> from phaseinterp.tasks import RecordLookup
+        >>> calib = calibrate(model, RecordLookup(vocab_size=512).sample(8, 4, split="calibration"))  # doctest: +SKIP
+        >>> calib.mean().shape  # [layer, site, head, d_head]  # doctest: +SKIP
+    """
+    T = batch.tokens.shape[1]
+    pos = check_positions(positions, T)
+    dev = model_device(model)
+    sites = site_positions(pos, batch.query_pos.to(dev), T)
+    rows = torch.arange(len(batch), device=dev)[:, None]
+    n_layers = len(model.blocks)
+    z: list[Tensor | None] = [None] * n_layers
+
+    def grab(layer: int):
+        def hook(x: Tensor, hook) -> None:
+            z[layer] = x[rows, sites].detach()
+            if layer == n_layers - 1:
+                raise _Stop
+        return hook
+
+    with torch.no_grad(), hooked(model, [(f"blocks.{l}.attn.hook_z", grab(l)) for l in range(n_layers)]):
+        try:
+            model(batch.tokens.to(dev))
+        except _Stop:
+            pass
+    meta = {k: batch.meta[k] for k in ("task", "split", "seed", "config", "protocol") if k in batch.meta}
+    return Calibration(torch.stack(z, 1), batch.residue.to(dev), batch.modulus, pos, {**meta, "rows": len(batch)})

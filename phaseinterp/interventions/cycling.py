@@ -1,0 +1,186 @@
+"""Gate cycling: gate parameters rolled over offsets (payload maps unchanged), and the predicted
+shift of the phase curve A_delta(r) ~ A_0((r - delta) mod R), scored by R^2 without the boundary phase."""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+
+from phaseinterp.interventions.overrides import compressors
+from phaseinterp.measure import PhaseCurve, evaluate_correct
+from phaseinterp.measure.provenance import jsonable, model_config, versions
+from phaseinterp.model.compressor import Compressor
+from phaseinterp.tasks import PhaseBatch
+
+
+def _rollable(comp: Compressor) -> tuple[bool, bool]:
+    """(gate maps differ by offset, has an offset bias)."""
+    if comp.cc.gate == "uniform":
+        return False, False
+    return bool((comp.gate_index != comp.gate_index[0]).any()), hasattr(comp, "b_Z")
+
+
+@contextmanager
+def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
+                 branches: Sequence[str] | None = None) -> Iterator[None]:
+    """Temporarily cycle gate parameters by `delta` offsets: Z'_i = Z_{(i - delta) mod W} and
+    b'_i = b_{(i - delta) mod W}; payload maps C_i unchanged. Implemented by rolling the
+    compressor's `gate_index` buffer (which map each offset uses) and `b_Z`.
+
+    With shared gate maps only the bias rolls (a shared map is the same at every offset); with
+    deepseek-csa's two half maps, the half each offset uses rolls with it. Parameters are restored
+    on exit, also on error.
+
+    Raises:
+        ValueError: delta = 0 mod W in a selected layer, or nothing to roll at all (uniform gates,
+            or shared maps without bias). Warns when only some selected branches change.
+
+    Example:
+        >>> with cycled_gates(model, 1):  # doctest: +SKIP
+        ...     curve = phase_sweep(model, batch)
+    """
+    comps = compressors(model, layers, branches)
+    delta = int(delta)
+    saved, skipped = [], []
+    for layer, branch, comp in comps:
+        W = comp.cc.window
+        if delta % W == 0:
+            raise ValueError(f"delta={delta} is invalid for layer {layer} (W={W}): allowed delta != 0 mod W")
+        maps, bias = _rollable(comp)
+        if not (maps or bias):
+            skipped.append(f"{layer}.{branch}")
+        saved.append((comp, comp.gate_index.clone(), comp.b_Z.detach().clone() if hasattr(comp, "b_Z") else None))
+    if len(skipped) == len(comps):
+        raise ValueError(f"gate cycling changes nothing in {skipped}: uniform gates, or shared gate maps without "
+                         "an offset bias, have no offset-specific gate parameters")
+    if skipped:
+        warnings.warn(f"gate cycling changes nothing in {skipped} (no offset-specific gate parameters)",
+                      UserWarning, stacklevel=3)
+    try:
+        with torch.no_grad():
+            for comp, index, bias in saved:
+                comp.gate_index.copy_(torch.roll(index, delta))
+                if bias is not None:
+                    comp.b_Z.copy_(torch.roll(bias, delta, dims=0))
+        yield
+    finally:
+        with torch.no_grad():
+            for comp, index, bias in saved:
+                comp.gate_index.copy_(index)
+                if bias is not None:
+                    comp.b_Z.copy_(bias)
+
+
+@dataclass(frozen=True, repr=False)
+class CyclingResult:
+    """Phase curve after gate cycling by `delta`, against the prediction A_0((r - delta) mod R).
+
+    Attributes:
+        delta: the shift. stride: S of the cycled layers; boundary residues have r mod S = S - 1.
+        baseline, cycled: PhaseCurves before and after.
+        predicted: A_0((r - delta) mod R) per residue.
+        r2: 1 - SS_res / SS_tot over the non-boundary residues (nan if the cycled curve is flat).
+        r2_all: the same including the boundary residues.
+        boundary: boundary residues; boundary_predicted / boundary_actual: accuracies there.
+        meta: model config, layers, branches, versions.
+    """
+
+    delta: int
+    stride: int
+    baseline: PhaseCurve
+    cycled: PhaseCurve
+    predicted: np.ndarray
+    r2: float
+    r2_all: float
+    boundary: list[int]
+    boundary_predicted: list[float]
+    boundary_actual: list[float]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_pandas(self) -> pd.DataFrame:
+        r = np.arange(self.baseline.modulus)
+        return pd.DataFrame({"delta": self.delta, "residue": r, "phase": r % self.stride,
+                             "baseline": self.baseline.accuracy, "cycled": self.cycled.accuracy,
+                             "predicted": self.predicted, "boundary": np.isin(r, self.boundary)})
+
+    def summary(self) -> dict[str, Any]:
+        return {"delta": self.delta, "stride": self.stride, "r2": self.r2, "r2_all": self.r2_all,
+                "boundary": self.boundary, "boundary_predicted": self.boundary_predicted,
+                "boundary_actual": self.boundary_actual, "baseline_gap_pp": self.baseline.gap_pp,
+                "cycled_gap_pp": self.cycled.gap_pp, "baseline_worst_residue": self.baseline.worst_residue,
+                "cycled_worst_residue": self.cycled.worst_residue}
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({**self.summary(), "predicted": self.predicted, "baseline": self.baseline.to_dict(),
+                         "cycled": self.cycled.to_dict(), "meta": self.meta})
+
+    def __repr__(self) -> str:
+        return (f"CyclingResult(delta={self.delta}, R^2={self.r2:.3f} excluding boundary {self.boundary}, "
+                f"boundary predicted {np.round(self.boundary_predicted, 3).tolist()} vs actual "
+                f"{np.round(self.boundary_actual, 3).tolist()})")
+
+
+def r_squared(actual: Float[np.ndarray, " n"], predicted: Float[np.ndarray, " n"]) -> float:
+    """1 - sum (y - yhat)^2 / sum (y - mean y)^2 over finite pairs; nan if y is constant."""
+    ok = np.isfinite(actual) & np.isfinite(predicted)
+    y, p = actual[ok], predicted[ok]
+    tot = float(((y - y.mean()) ** 2).sum()) if len(y) else 0.0
+    return 1.0 - float(((y - p) ** 2).sum()) / tot if tot > 0 else float("nan")
+
+
+def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, *,
+                 layers: Sequence[int] | None = None, branches: Sequence[str] | None = None,
+                 batch_size: int = 32, n_boot: int = 2000, seed: int = 0, progress: bool = False
+                 ) -> list[CyclingResult]:
+    """Cycle the gates by each delta and compare the phase curve with A_0((r - delta) mod R).
+
+    Args:
+        model: a HookedCompressedTransformer with trainable (non-uniform) gates.
+        batch: record-lookup prompts over residues 0..R-1 (R a multiple of S).
+        deltas: shifts (default 1..S-1).
+        layers, branches: which compression branches to cycle (default all).
+        batch_size, n_boot, seed, progress: see `phase_sweep`.
+
+    Returns:
+        One CyclingResult per delta; `r2` excludes the boundary phase S - 1, whose predicted and
+        actual accuracies are reported separately.
+
+    Example:
+        >>> [r.r2 for r in gate_cycling(model, batch, deltas=[1, 2])]  # doctest: +SKIP
+    """
+    comps = compressors(model, layers, branches)
+    strides = sorted({c.cc.stride for _, _, c in comps})
+    if len(strides) != 1:
+        raise ValueError(f"cycled layers have strides {strides}; cycle layers of one stride at a time (layers=...)")
+    S, R = strides[0], batch.modulus
+    if R % S:
+        raise ValueError(f"batch modulus R={R} is invalid: allowed a multiple of the stride S={S}")
+    deltas = list(range(1, S)) if deltas is None else [int(d) for d in deltas]
+    if not deltas:
+        raise ValueError("deltas is empty")
+    curve = lambda correct, lab: PhaseCurve.from_correct(correct, batch, stride=S, n_boot=n_boot, n_perm=200,  # noqa: E731
+                                                         seed=seed, label=lab)
+    base = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=progress), "baseline")
+    r = np.arange(R)
+    boundary = [int(x) for x in r[r % S == S - 1]]
+    out = []
+    for delta in deltas:
+        with cycled_gates(model, delta, layers=layers, branches=branches):
+            cyc = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=progress), f"delta={delta}")
+        pred = base.accuracy[(r - delta) % R]
+        inner = r % S != S - 1
+        out.append(CyclingResult(
+            delta=delta, stride=S, baseline=base, cycled=cyc, predicted=pred,
+            r2=r_squared(cyc.accuracy[inner], pred[inner]), r2_all=r_squared(cyc.accuracy, pred),
+            boundary=boundary, boundary_predicted=pred[~inner].tolist(), boundary_actual=cyc.accuracy[~inner].tolist(),
+            meta={"layers": sorted({l for l, _, _ in comps}), "branches": sorted({b for _, b, _ in comps}),
+                  "model": model_config(model), "task": batch.meta, "seed": seed, "versions": versions()}))
+    return out
+

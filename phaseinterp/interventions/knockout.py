@@ -1,0 +1,239 @@
+"""Knockout: replace the outputs of a set of query heads (those reading one KV head, one head,
+or a whole layer) by a calibration mean, zero or a resampled activation, and map the relative
+accuracy change over (layer, unit, residue)."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from phaseinterp.analysis.specialization import SpecializationMap
+from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate, check_positions,
+                                                   site_positions)
+from phaseinterp.interventions.incremental import FinalPositionRun
+from phaseinterp.interventions.runner import (UnitEdit, final_logits, has_hooks, model_device, run_units,
+                                              unchanged_units, warn_unchanged)
+from phaseinterp.interventions.stats import by_residue, paired_bootstrap_relative, relative_change
+from phaseinterp.interventions.units import HeadUnit, check_level, head_units, level_size
+from phaseinterp.measure import PhaseCurve, model_stride
+from phaseinterp.measure.provenance import model_config, versions
+from phaseinterp.tasks import PhaseBatch
+
+METHODS = ("auto", "incremental", "hooks")
+
+
+def knockout_edit(unit: HeadUnit, values: Float[Tensor, "batch site head d_head"],
+                  sites: Int[Tensor, "batch site"]) -> UnitEdit:
+    """Hook edit setting `z[row, sites[row, s], unit.heads] = values[row, s, unit.heads]` at
+    layer `unit.layer`; use with `run_units` or as `(name, fn)` via `knockout_hooks`."""
+    heads = list(unit.heads)
+
+    def edit(z: Tensor) -> Tensor:
+        rows = torch.arange(z.shape[0], device=z.device)[:, None]
+        s = sites.to(z.device)
+        patch = z[rows, s]
+        patch[..., heads, :] = values.to(z.device, z.dtype)[..., heads, :]
+        z = z.clone()
+        z[rows, s] = patch
+        return z
+
+    return {f"blocks.{unit.layer}.attn.hook_z": edit}
+
+
+def knockout_hooks(unit: HeadUnit, values: Float[Tensor, "batch site head d_head"],
+                   sites: Int[Tensor, "batch site"]) -> list[tuple[str, Callable]]:
+    """TransformerLens forward hooks for one knockout, e.g. `model.run_with_hooks(tokens,
+    fwd_hooks=knockout_hooks(unit, values, sites))`."""
+    return [(name, lambda x, hook, f=f: f(x)) for name, f in knockout_edit(unit, values, sites).items()]
+
+
+def _calibration(model, calibration, positions, replacement: str) -> Calibration | None:
+    if isinstance(calibration, Calibration):
+        if calibration.positions != positions:
+            raise ValueError(f"calibration was taken at positions={calibration.positions!r}, knockout asks for {positions!r}")
+        return calibration
+    if isinstance(calibration, PhaseBatch):
+        return calibrate(model, calibration, positions)
+    if calibration is None:
+        if replacement != "zero":
+            raise ValueError(f"replacement={replacement!r} needs a calibration batch (or use replacement='zero')")
+        return None
+    raise ValueError(f"calibration must be a PhaseBatch, a Calibration or None, got {type(calibration).__name__}")
+
+
+def _warn_overlap(batch: PhaseBatch, calibration) -> None:
+    if isinstance(calibration, PhaseBatch) and calibration.tokens.shape[1] == batch.tokens.shape[1]:
+        seen = {tuple(r) for r in calibration.tokens.tolist()}
+        if any(tuple(r) in seen for r in batch.tokens.tolist()):
+            import warnings
+
+            warnings.warn("the calibration batch shares prompts with the evaluated batch; the paper uses a disjoint "
+                          "calibration set (RecordLookup.sample(..., split='calibration'))", UserWarning, stacklevel=3)
+
+
+def knockout_logits(model, batch: PhaseBatch, units: Sequence[HeadUnit], calibration: PhaseBatch | Calibration | None,
+                    *, replacement: str = "mean", per_residue: bool = False, positions: Positions = "final",
+                    method: str = "auto", seed: int = 0, max_rows: int = 2048
+                    ) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"], str]:
+    """Clean logits and logits after each unit's knockout, at every row's query position.
+
+    Returns:
+        (clean [batch, vocab], knocked out [unit, batch, vocab], method used). Method
+        "incremental" recomputes only the final position (positions="final", model without
+        hooks); "hooks" runs full forwards, `max_rows` rows each; "auto" picks incremental when
+        it applies.
+    """
+    if replacement not in REPLACEMENTS:
+        raise ValueError(f"replacement={replacement!r} is invalid: allowed one of {list(REPLACEMENTS)}")
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is invalid: allowed one of {list(METHODS)}")
+    if not units:
+        raise ValueError("no units to knock out")
+    T = batch.tokens.shape[1]
+    pos = check_positions(positions, T)
+    can_fast = pos == "final" and not has_hooks(model)
+    if method == "incremental" and not can_fast:
+        raise ValueError("method='incremental' needs positions='final' and a model without hooks attached")
+    method = ("incremental" if can_fast else "hooks") if method == "auto" else method
+    calib = _calibration(model, calibration, pos, replacement)
+    if calib is not None and per_residue and calib.modulus != batch.modulus:
+        raise ValueError(f"calibration modulus {calib.modulus} is invalid for per-residue replacement: "
+                         f"allowed the batch's modulus {batch.modulus}")
+    if calib is not None and calib.z.shape[2] != site_positions(pos, batch.query_pos, T).shape[1]:
+        raise ValueError("calibration sites do not match the batch's (positions='all' needs equal sequence lengths)")
+    dev = model_device(model)
+    sites = site_positions(pos, batch.query_pos.to(dev), T)
+    cfg = model.cfg
+    zeros = lambda: torch.zeros(len(batch), sites.shape[1], cfg.n_heads, cfg.d_head, device=dev)  # noqa: E731
+    repl = {layer: (zeros() if calib is None else calib.replacement(replacement, layer, batch.residue.to(dev),
+                                                                    per_residue=per_residue, seed=seed))
+            for layer in sorted({u.layer for u in units})}
+    if method == "incremental":
+        run = FinalPositionRun(model, batch.tokens, batch.query_pos)
+        masks = torch.stack([u.mask(cfg.n_heads, dev) for u in units])
+        values = torch.stack([repl[u.layer][:, 0] for u in units])
+        return run.logits, run.run_z([u.layer for u in units], masks, values, max_rows=max_rows), method
+    clean = final_logits(model, batch.tokens, batch.query_pos)
+    edits = [knockout_edit(u, repl[u.layer], sites) for u in units]
+    return clean, run_units(model, batch.tokens, batch.query_pos, edits, max_rows=max_rows), method
+
+
+def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]) -> Tensor:
+    """Top-1 over the full vocabulary is one of the accepted answers."""
+    return (logits.argmax(-1)[..., None] == answers.to(logits.device)).any(-1)
+
+
+def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | None = None, *,
+                 level: str = "kv_head", replacement: str = "mean", per_residue: bool = False,
+                 positions: Positions = "final", layers: Sequence[int] | None = None, method: str = "auto",
+                 n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, max_rows: int = 2048,
+                 label: str = "") -> SpecializationMap:
+    """Relative accuracy change `100 * (acc_ko - acc_clean) / acc_clean` per (layer, unit, residue).
+
+    Each unit (the query heads reading one KV head, one query head, or a whole layer; see
+    `level`) has its head outputs replaced at the knockout sites, by default the final
+    (query) position of each row, by their mean over the calibration batch taken at the
+    calibration rows' final positions (the paper's protocol).
+
+    Args:
+        model: a HookedCompressedTransformer.
+        batch: evaluated prompts (PhaseBatch).
+        calibration: disjoint calibration prompts (or a `Calibration`); not needed for "zero".
+        level: "kv_head" (default), "head" or "layer".
+        replacement: "mean" (default), "zero" or "resample".
+        per_residue: mean / resample within the row's residue.
+        positions: "final" (default), "all" or absolute positions.
+        layers: layers to scan (default all).
+        method: "auto", "incremental" (final position only, reuses the clean run) or "hooks".
+        n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
+            change (the same resampled examples for clean and knocked-out accuracy); `seed` also
+            drives resampling.
+        max_rows: rows per batched computation.
+        label: name stored in the metadata.
+
+    Returns:
+        SpecializationMap with dims (layer, level, residue), values in %, nan where clean
+        accuracy is 0, `lo`/`hi` bootstrap bounds, extras `acc_knockout` and the clean curve.
+
+    Warns:
+        UserWarning naming the units whose knockout changed no logit.
+
+    Example:
+        >>> from phaseinterp.tasks import RecordLookup
+        >>> task = RecordLookup(vocab_size=model.cfg.vocab_size)  # doctest: +SKIP
+        >>> m = knockout_map(model, task.sample(32, 8), task.sample(32, 8, split="calibration"))  # doctest: +SKIP
+        >>> m.coverage(threshold=50)   # {"layer.kv_head": [residues it owns]}  # doctest: +SKIP
+    """
+    check_level(level)
+    units = head_units(model.cfg, level, layers)
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} out of range: must be >= 1")
+    _warn_overlap(batch, calibration)
+    clean_logits, ko_logits, used = knockout_logits(
+        model, batch, units, calibration, replacement=replacement, per_residue=per_residue, positions=positions,
+        method=method, seed=seed, max_rows=max_rows)
+    warn_unchanged([u.label for u in (units[i] for i in unchanged_units(ko_logits, clean_logits))],
+                   f"knockout ({replacement})")
+    answers = batch.answers
+    clean = is_correct(clean_logits, answers).cpu().numpy()
+    ko = is_correct(ko_logits, answers).cpu().numpy()
+    res, R = batch.residue.cpu().numpy(), batch.modulus
+    acc_clean = by_residue(clean.astype(np.float64), res, R)
+    acc_ko = by_residue(ko.astype(np.float64), res, R)
+    rel = relative_change(acc_clean[None], acc_ko)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = paired_bootstrap_relative(clean, ko, res, batch.example_id.cpu().numpy(), R, n_boot=n_boot,
+                                           confidence=confidence, seed=seed)
+    layer_ids = sorted({u.layer for u in units})
+    n_unit = level_size(model.cfg, level)
+    shape = (len(layer_ids), n_unit, R)
+    S = model_stride(model)
+    curve = PhaseCurve.from_correct(clean, batch, stride=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
+                                    confidence=confidence, seed=seed, label=f"{label} clean".strip())
+    unit_coords = list(range(n_unit)) if level != "layer" else ["all"]
+    return SpecializationMap(
+        values=rel.reshape(shape), dims=("layer", level, "residue"),
+        coords={"layer": layer_ids, level: unit_coords, "residue": list(range(R))},
+        lo=lo.reshape(shape), hi=hi.reshape(shape),
+        extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape)},
+        clean=curve.to_dict(), quantity="relative accuracy change (%)", direction=-1, clip=100.0,
+        meta={"label": label, "intervention": {"kind": "knockout", "level": level, "replacement": replacement,
+                                               "per_residue": per_residue, "positions": positions, "method": used},
+              "model": model_config(model), "task": batch.meta,
+              "calibration": getattr(calibration, "meta", None) if calibration is not None else None,
+              "seed": seed, "n_boot": n_boot, "confidence": confidence, "versions": versions()})
+
+
+def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | None, *, layer: int,
+             kv_head: int | None = None, head: int | None = None, replacement: str = "mean",
+             per_residue: bool = False, positions: Positions = "final", seed: int = 0, n_boot: int = 2000
+             ) -> PhaseCurve:
+    """Phase curve of the model with one unit knocked out: the query heads of `kv_head`, one
+    query `head`, or (neither given) the whole `layer`.
+
+    Example:
+        >>> curve = knockout(model, batch, calib, layer=1, kv_head=0)  # doctest: +SKIP
+        >>> curve.accuracy  # per residue  # doctest: +SKIP
+    """
+    if kv_head is not None and head is not None:
+        raise ValueError("give kv_head or head, not both")
+    level = "kv_head" if kv_head is not None else "head" if head is not None else "layer"
+    index = kv_head if kv_head is not None else head if head is not None else 0
+    units = [u for u in head_units(model.cfg, level, [layer]) if u.index == index]
+    if not units:
+        raise ValueError(f"{level}={index} is invalid: allowed 0..{level_size(model.cfg, level) - 1}")
+    clean, ko, _ = knockout_logits(model, batch, units, calibration, replacement=replacement, per_residue=per_residue,
+                                   positions=positions, seed=seed)
+    warn_unchanged([units[0].label] if unchanged_units(ko, clean) else [], f"knockout ({replacement})")
+    correct = is_correct(ko[0], batch.answers).cpu()
+    return PhaseCurve.from_correct(correct, batch, n_boot=n_boot, n_perm=200, seed=seed,
+                                   label=f"knockout {units[0].label}",
+                                   config={"knockout": {"unit": units[0].label, "replacement": replacement}})
+

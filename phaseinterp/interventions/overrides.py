@@ -1,0 +1,156 @@
+"""Gate overrides through hooks: uniform, one-hot on an offset, or a user tensor, on gate weights
+(`hook_gate`) or gate logits (`hook_gate_logits`), for chosen layers, branches and KV heads."""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from phaseinterp.interventions.runner import hooked
+from phaseinterp.model.compressor import Compressor
+
+BRANCH_NAMES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
+OVERRIDES = ("uniform", "one_hot", "tensor")
+TARGETS = ("weights", "logits")
+
+
+def compressors(model, layers: Sequence[int] | None = None, branches: Sequence[str] | None = None
+                ) -> list[tuple[int, str, Compressor]]:
+    """(layer, branch, module) of every compression branch, filtered by layer and branch name
+    ("key", "value", "kv"). Raises ValueError for unknown layers or branches, or when none match."""
+    allowed = set(BRANCH_NAMES.values())
+    if branches is not None:
+        bad = [b for b in branches if b not in allowed]
+        if bad:
+            raise ValueError(f"branches {bad} are invalid: allowed {sorted(allowed)}")
+    n = model.cfg.n_layers
+    if layers is not None:
+        for layer in layers:
+            if not 0 <= int(layer) < n:
+                raise ValueError(f"layer={layer} is invalid: allowed 0..{n - 1}")
+    out = []
+    for layer, block in enumerate(model.blocks):
+        if layers is not None and layer not in [int(x) for x in layers]:
+            continue
+        for attr, name in BRANCH_NAMES.items():
+            comp = getattr(block.attn, attr, None)
+            if comp is not None and (branches is None or name in branches):
+                out.append((layer, name, comp))
+    if not out:
+        raise ValueError(f"no compression branch matches layers={layers}, branches={branches} "
+                         f"(compressed layers: {[l for l in range(n) if model.cfg.compression(l)]})")
+    return out
+
+
+def _valid_slots(comp: Compressor, n_entries: int, device) -> Tensor:
+    """[entry, offset] True where the slot lies at a position >= 0 (deepseek-csa entry 0 has not)."""
+    cc = comp.cc
+    start = torch.arange(n_entries, device=device) * cc.stride - cc.pad
+    return (start[:, None] + torch.arange(cc.window, device=device)[None]) >= 0
+
+
+def override_values(comp: Compressor, act: Tensor, kind: str, *, target: str = "weights", offset: int | None = None,
+                    tensor: Tensor | None = None, kv_heads: Sequence[int] | None = None) -> Tensor:
+    """The gate activation `act` ([batch, entry, offset, kv_head(, d_head)], weights or logits)
+    after an override, for the selected KV heads (others unchanged).
+
+    kind "uniform": weights 1/W over valid slots (logits: the mean of the valid logits, so the
+    softmax is uniform with the smallest change); "one_hot": all weight on `offset` (logits:
+    0 there, -inf elsewhere; entries where that slot is invalid are left alone); "tensor":
+    `tensor` broadcast to the activation's shape (e.g. [offset] or [offset, kv_head]).
+    """
+    if kind not in OVERRIDES:
+        raise ValueError(f"override={kind!r} is invalid: allowed one of {list(OVERRIDES)}")
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r} is invalid: allowed one of {list(TARGETS)}")
+    W = comp.cc.window
+    valid = _valid_slots(comp, act.shape[1], act.device)
+    vmask = valid.view(1, *valid.shape, *[1] * (act.ndim - 3)).expand_as(act)
+    if kind == "uniform":
+        if target == "weights":
+            new = vmask.to(act.dtype) / vmask.sum(2, keepdim=True).clamp(min=1)
+        else:
+            mean = torch.where(vmask, act, torch.zeros_like(act)).sum(2, keepdim=True) / vmask.sum(2, keepdim=True).clamp(min=1)
+            new = torch.where(vmask, mean.expand_as(act), act)
+    elif kind == "one_hot":
+        if offset is None or not 0 <= int(offset) < W:
+            raise ValueError(f"offset={offset} is invalid: allowed 0..{W - 1}")
+        hot = torch.zeros(W, dtype=torch.bool, device=act.device)
+        hot[int(offset)] = True
+        hot = hot.view(1, 1, W, *[1] * (act.ndim - 3)).expand_as(act)
+        new = hot.to(act.dtype) if target == "weights" else torch.where(hot, 0.0, float("-inf")).to(act.dtype)
+        ok = valid[:, int(offset)].view(1, -1, *[1] * (act.ndim - 2))
+        new = torch.where(ok, new, act)
+    else:
+        if tensor is None:
+            raise ValueError("override='tensor' needs a tensor")
+        t = torch.as_tensor(tensor, dtype=act.dtype, device=act.device)
+        try:
+            if t.ndim and t.shape[0] == W and t.ndim < act.ndim - 1:
+                t = t.view(1, 1, *t.shape, *[1] * (act.ndim - 2 - t.ndim))
+            new = t.expand_as(act)
+        except RuntimeError:
+            raise ValueError(f"override tensor of shape {tuple(t.shape)} does not broadcast to the gate's "
+                             f"{tuple(act.shape)} ([batch, entry, offset, kv_head(, d_head)]; [offset] or "
+                             f"[offset, kv_head] also work)") from None
+    if kv_heads is not None:
+        K = act.shape[3]
+        for h in kv_heads:
+            if not 0 <= int(h) < K:
+                raise ValueError(f"kv_head={h} is invalid: allowed 0..{K - 1}")
+        sel = torch.zeros(K, dtype=torch.bool, device=act.device)
+        sel[[int(h) for h in kv_heads]] = True
+        new = torch.where(sel.view(1, 1, 1, K, *[1] * (act.ndim - 4)), new, act)
+    return new
+
+
+def gate_override_hooks(model, kind: str = "uniform", *, target: str = "weights", layers: Sequence[int] | None = None,
+                        branches: Sequence[str] | None = None, kv_heads: Sequence[int] | None = None,
+                        offset: int | None = None, tensor: Tensor | None = None,
+                        record: dict | None = None) -> list[tuple[str, Callable]]:
+    """Forward hooks that override gate weights (`hook_gate`) or logits (`hook_gate_logits`).
+
+    `record`, when given, gets `record["changed"] = True` once an override changed a value.
+
+    Example:
+        >>> hooks = gate_override_hooks(model, "one_hot", offset=0, layers=[1], branches=["key"])  # doctest: +SKIP
+        >>> logits = model.run_with_hooks(tokens, fwd_hooks=hooks)  # doctest: +SKIP
+    """
+    hook = "hook_gate" if target == "weights" else "hook_gate_logits"
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r} is invalid: allowed one of {list(TARGETS)}")
+    out = []
+    for layer, branch, comp in compressors(model, layers, branches):
+        if comp.cc.gate == "uniform" and target == "logits" and kind == "uniform":
+            continue
+
+        def fn(x: Tensor, hook, comp=comp) -> Tensor:
+            new = override_values(comp, x, kind, target=target, offset=offset, tensor=tensor, kv_heads=kv_heads)
+            if record is not None and not torch.equal(new, x):
+                record["changed"] = True
+            return new
+
+        attr = next(a for a, b in BRANCH_NAMES.items() if b == branch)
+        out.append((f"blocks.{layer}.attn.{attr}.{hook}", fn))
+    return out
+
+
+@contextmanager
+def gate_override(model, kind: str = "uniform", **kwargs: Any) -> Iterator[None]:
+    """Run the block with gates overridden (see `gate_override_hooks`); hooks are removed on exit,
+    also on error. Warns if the override never changed a gate value.
+
+    Example:
+        >>> with gate_override(model, "uniform", layers=[0]):  # doctest: +SKIP
+        ...     curve = phase_sweep(model, batch)
+    """
+    record = {"changed": False}
+    with hooked(model, gate_override_hooks(model, kind, record=record, **kwargs)):
+        yield
+    if not record["changed"]:
+        warnings.warn(f"gate override {kind!r} changed no gate value (the gates already had these values, "
+                      "or no forward ran inside the block)", UserWarning, stacklevel=3)

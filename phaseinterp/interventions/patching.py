@@ -1,0 +1,278 @@
+"""Activation patching (denoising): run the corrupt prompts, patch in one unit's clean
+activation, and measure how much of the clean answer logit difference comes back:
+
+    normalized = (patched - corrupt) / (clean - corrupt),  1 = fully restored, 0 = no effect.
+
+Units: head outputs `z` ("z", grouped by `level`), the residual stream entering a layer at one
+position ("resid"), one KV head's compressed entries of one branch ("entries") and its gate
+weights ("gates")."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from phaseinterp.analysis.specialization import SpecializationMap
+from phaseinterp.interventions.calibration import check_positions, site_positions
+from phaseinterp.interventions.incremental import FinalPositionRun
+from phaseinterp.interventions.knockout import knockout_edit
+from phaseinterp.interventions.pairs import Pairing
+from phaseinterp.interventions.runner import (capture, final_logits, has_hooks, model_device, run_units,
+                                              unchanged_units, warn_unchanged)
+from phaseinterp.interventions.stats import by_residue
+from phaseinterp.interventions.units import check_level, head_units, level_size
+from phaseinterp.measure.provenance import model_config, versions
+
+UNITS = ("z", "resid", "entries", "gates")
+BRANCHES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
+NAMED_SITES = ("key", "value", "final")
+
+
+def logit_diff(logits: Float[Tensor, "*units batch vocab"], answer: Int[Tensor, " batch"],
+               foil: Int[Tensor, " batch"]) -> Float[Tensor, "*units batch"]:
+    """`logits[..., answer] - logits[..., foil]` per row."""
+    a = logits.gather(-1, answer.to(logits.device).expand(*logits.shape[:-1])[..., None])[..., 0]
+    f = logits.gather(-1, foil.to(logits.device).expand(*logits.shape[:-1])[..., None])[..., 0]
+    return a - f
+
+
+def top_other(logits: Float[Tensor, "batch vocab"], exclude: Int[Tensor, "batch n"]) -> Int[Tensor, " batch"]:
+    """Per row, the highest-logit token not in `exclude` (the foil of a logit difference)."""
+    masked = logits.detach().clone()
+    masked.scatter_(-1, exclude.to(logits.device), float("-inf"))
+    return masked.argmax(-1)
+
+
+def normalized_by_residue(patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarray, residue: np.ndarray,
+                          modulus: int, rel_min: float | int) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit and residue `sum(patched - corrupt) / sum(clean - corrupt)`, and the mean gap.
+
+    nan where the residue's mean clean-corrupt gap is below `rel_min` times the metric's scale:
+    the largest per-residue mean |clean|, |corrupt| or |clean - corrupt| (a gap that small is
+    noise; e.g. a phase swap on full attention, where both runs are equally right)."""
+    den = by_residue(clean - corrupt, residue, modulus)
+    num = by_residue(patched - corrupt[None], residue, modulus)
+    parts = [np.abs(den), np.abs(by_residue(clean, residue, modulus)), np.abs(by_residue(corrupt, residue, modulus))]
+    scale = max((float(np.nanmax(p)) for p in parts if np.isfinite(p).any()), default=0.0)
+    ok = np.abs(den) > max(rel_min * scale, 1e-12)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok[None], num / np.where(ok, den, 1.0)[None], np.nan), den
+
+
+def _row_sites(pair: Pairing, site: Any, T: int) -> tuple[Tensor, Tensor]:
+    """(corrupt position, clean position) of one resid site per row."""
+    if isinstance(site, str):
+        if site not in NAMED_SITES:
+            raise ValueError(f"site={site!r} is invalid: allowed {list(NAMED_SITES)} or an int position")
+        attr = {"key": "key_pos", "value": "value_pos", "final": "query_pos"}[site]
+        return getattr(pair.corrupt, attr), getattr(pair.clean, attr)
+    p = int(site)
+    if not 0 <= p < T:
+        raise ValueError(f"position {p} is invalid: allowed 0..{T - 1}")
+    col = torch.full((len(pair),), p)
+    return col, pair.align[:, p]
+
+
+def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "head",
+                        positions: Any = "final", layers: Sequence[int] | None = None, method: str = "auto",
+                        rel_min: float | int = 0.1, max_rows: int = 2048) -> SpecializationMap:
+    """Denoising activation patching map, normalized per residue of the clean rows.
+
+    Args:
+        model: a HookedCompressedTransformer.
+        pair: clean/corrupt prompts (`phase_swap`, `mapping_swap`, `Pairing.custom`).
+        unit: "z" (head outputs, grouped by `level` = "head", "kv_head" or "layer"), "resid"
+            (residual stream entering each layer, one unit per site in `positions`), "entries"
+            (all compressed entries of one branch and KV head) or "gates" (its gate weights).
+        positions: for "z": "final" (default: each row's query position), "all", or absolute
+            positions, patched together (corrupt position p receives clean position align[p]);
+            for "resid": the sites, each "key", "value", "final" (per row) or an int
+            (default ("key", "value", "final") when left at "final").
+        layers: layers to scan (default all; compressed layers only for entries and gates).
+        method: "auto" (z / resid at the final position reuse the corrupt run, recomputing only
+            that position; otherwise batched hook forwards), "incremental" or "hooks".
+        rel_min: residues whose mean clean-corrupt gap is under `rel_min` x the metric's scale
+            (largest per-residue mean |logit difference| of clean, corrupt or their gap) are nan.
+        max_rows: rows per batched computation.
+
+    Returns:
+        SpecializationMap with the normalized metric (direction +1, clip 1): dims
+        (layer, level, residue) for z, (layer, position, residue) for resid, and
+        (layer, branch, kv_head, residue) for entries and gates (nan where a layer lacks a
+        branch). Extras: the clean-corrupt gap per residue; meta: clean/corrupt logit
+        differences and accuracies.
+
+    Warns:
+        UserWarning naming units whose patch changed no logit.
+
+    Example:
+        >>> from phaseinterp.interventions import mapping_swap
+        >>> m = activation_patching(model, mapping_swap(batch), unit="z", level="kv_head")  # doctest: +SKIP
+        >>> m.top(3)  # doctest: +SKIP
+    """
+    if unit not in UNITS:
+        raise ValueError(f"unit={unit!r} is invalid: allowed one of {list(UNITS)}")
+    if method not in ("auto", "incremental", "hooks"):
+        raise ValueError(f"method={method!r} is invalid: allowed 'auto', 'incremental' or 'hooks'")
+    if not 0 <= rel_min < 1:
+        raise ValueError(f"rel_min={rel_min} out of range [0, 1)")
+    cfg, dev = model.cfg, model_device(model)
+    T = pair.clean.tokens.shape[1]
+    layer_ids = list(range(cfg.n_layers)) if layers is None else [int(x) for x in layers]
+    for layer in layer_ids:
+        if not 0 <= layer < cfg.n_layers:
+            raise ValueError(f"layer={layer} is invalid: allowed 0..{cfg.n_layers - 1}")
+    if unit == "resid":
+        if positions == "final":
+            positions = NAMED_SITES
+        positions = [positions] if isinstance(positions, (str, int)) else list(positions)
+        for site in positions:
+            _row_sites(pair, site, T)  # validates every site up front
+    fast_ok = (not has_hooks(model)) and ((unit == "z" and positions == "final")
+                                          or (unit == "resid" and list(positions) == ["final"]))
+    if method == "incremental" and not fast_ok:
+        raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
+                         "the 'final' site only, on a model without hooks")
+    fast = fast_ok and method != "hooks"
+    if unit == "z":
+        check_level(level)
+    corrupt, clean = pair.corrupt, pair.clean
+    clean_logits = final_logits(model, clean.tokens, clean.query_pos)
+    present = None
+    if unit == "z":
+        units = head_units(cfg, level, layer_ids)
+        labels = [u.label for u in units]
+        layout = (("layer", level), {"layer": layer_ids,
+                                     level: list(range(level_size(cfg, level))) if level != "layer" else ["all"]})
+    elif unit == "resid":
+        labels = [f"{l}.{s}" for l in layer_ids for s in positions]
+        layout = (("layer", "position"), {"layer": layer_ids, "position": list(positions)})
+    if fast:  # z or resid at the final position: recompute only that position of the corrupt run
+        run = FinalPositionRun(model, corrupt.tokens, corrupt.query_pos)
+        corrupt_logits = run.logits
+        src = capture_final(model, clean, unit, layer_ids)
+        if unit == "z":
+            masks = torch.stack([u.mask(cfg.n_heads, dev) for u in units])
+            patched = run.run_z([u.layer for u in units], masks, torch.stack([src[u.layer] for u in units]),
+                                max_rows=max_rows)
+        else:
+            patched = run.run_resid(layer_ids, torch.stack([src[l] for l in layer_ids]), max_rows=max_rows)
+    else:
+        corrupt_logits = final_logits(model, corrupt.tokens, corrupt.query_pos)
+        if unit == "z":
+            edits = _z_edits(model, pair, units, positions, layer_ids)
+        elif unit == "resid":
+            edits = _resid_edits(model, pair, positions, layer_ids)
+        else:
+            layout, labels, present, edits = _branch_edits(model, clean, unit, layer_ids)
+        patched = run_units(model, corrupt.tokens, corrupt.query_pos, edits, max_rows=max_rows)
+
+    warn_unchanged([labels[i] for i in unchanged_units(patched, corrupt_logits)], f"patching {unit}")
+    answer = clean.answer
+    foil = pair.foil if pair.foil is not None else top_other(corrupt_logits, clean.answers)
+    ld_clean = logit_diff(clean_logits, answer, foil).cpu().numpy()
+    ld_corrupt = logit_diff(corrupt_logits, answer, foil).cpu().numpy()
+    ld_patched = logit_diff(patched, answer, foil).detach().cpu().numpy()
+    res, R = clean.residue.cpu().numpy(), clean.modulus
+    norm, gap = normalized_by_residue(ld_patched, ld_clean, ld_corrupt, res, R, rel_min)
+    dims, coords = layout
+    shape = tuple(len(coords[d]) for d in dims) + (R,)
+    if present is not None:
+        values = np.full(shape, np.nan)
+        for i, idx in enumerate(present):
+            values[idx] = norm[i]
+    else:
+        values = norm.reshape(shape)
+    acc = lambda lg, b: by_residue((lg.argmax(-1).cpu()[:, None] == b.answers.cpu()).any(1).numpy().astype(float), res, R)  # noqa: E731
+    return SpecializationMap(
+        values=values, dims=(*dims, "residue"), coords={**coords, "residue": list(range(R))},
+        extras={"clean_minus_corrupt": np.broadcast_to(gap, shape)},
+        quantity="normalized logit difference restored", direction=1, clip=1.0,
+        meta={"intervention": {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
+                               "positions": positions, "method": "incremental" if fast else "hooks",
+                               "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min},
+              "logit_diff": {"clean": by_residue(ld_clean, res, R), "corrupt": by_residue(ld_corrupt, res, R)},
+              "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt)},
+              "model": model_config(model), "task": clean.meta, "versions": versions()})
+
+
+def _z_edits(model, pair: Pairing, units, positions, layer_ids) -> list:
+    """Hook edits writing clean head outputs into the corrupt run at the sites (aligned)."""
+    T, dev = pair.clean.tokens.shape[1], model_device(model)
+    pos = check_positions(positions, T)
+    sites = site_positions(pos, pair.corrupt.query_pos, T)
+    src_sites = pair.align.gather(1, sites) if pos != "final" else pair.clean.query_pos[:, None]
+    acts = capture(model, pair.clean.tokens, [f"blocks.{l}.attn.hook_z" for l in layer_ids])
+    rows = torch.arange(len(pair), device=dev)[:, None]
+    src = {l: acts[f"blocks.{l}.attn.hook_z"][rows, src_sites.to(dev)] for l in layer_ids}
+    return [knockout_edit(u, src[u.layer], sites) for u in units]
+
+
+def _resid_edits(model, pair: Pairing, sites, layer_ids) -> list:
+    """Hook edits writing the clean residual stream at each (layer, site) into the corrupt run."""
+    T, dev = pair.clean.tokens.shape[1], model_device(model)
+    acts = capture(model, pair.clean.tokens, [f"blocks.{l}.hook_resid_pre" for l in layer_ids])
+    rows = torch.arange(len(pair), device=dev)
+    edits = []
+    for l in layer_ids:
+        for s in sites:
+            dst, srcp = _row_sites(pair, s, T)
+            value = acts[f"blocks.{l}.hook_resid_pre"][rows, srcp.to(dev)]
+            edits.append({f"blocks.{l}.hook_resid_pre": _set_rows(dst, value)})
+    return edits
+
+
+def _branch_edits(model, clean, unit: str, layer_ids) -> tuple:
+    """(layout, labels, cell index per unit, hook edits) for entries / gates of each compressed
+    layer, branch and KV head."""
+    comp = [(l, name) for l in layer_ids for name in model.blocks[l].attn._modules if name in BRANCHES]
+    if not comp:
+        raise ValueError(f"unit={unit!r} needs compressed layers; layers {layer_ids} have none")
+    K = model.cfg.n_kv_heads
+    comp_layers = sorted({l for l, _ in comp})
+    branches = [b for b in BRANCHES if any(n == b for _, n in comp)]
+    layout = (("layer", "branch", "kv_head"), {"layer": comp_layers, "branch": [BRANCHES[b] for b in branches],
+                                               "kv_head": list(range(K))})
+    hook = "hook_out" if unit == "entries" else "hook_gate"
+    names = [f"blocks.{l}.attn.{b}.{hook}" for l, b in comp]
+    acts = capture(model, clean.tokens, names)
+    labels, present, edits = [], [], []
+    for (l, b), name in zip(comp, names):
+        for h in range(K):
+            labels.append(f"{l}.{BRANCHES[b]}.{h}")
+            present.append((comp_layers.index(l), branches.index(b), h))
+            edits.append({name: _set_head(acts[name], h, unit)})
+    return layout, labels, present, edits
+
+
+def capture_final(model, batch, unit: str, layers: Sequence[int]) -> dict[int, Tensor]:
+    """Per layer, the clean z [batch, head, d] ("z") or resid_pre [batch, d_model] ("resid") at
+    each row's query position."""
+    dev = model_device(model)
+    hook = "attn.hook_z" if unit == "z" else "hook_resid_pre"
+    acts = capture(model, batch.tokens, [f"blocks.{l}.{hook}" for l in layers])
+    rows = torch.arange(len(batch), device=dev)
+    return {l: acts[f"blocks.{l}.{hook}"][rows, batch.query_pos.to(dev)] for l in layers}
+
+
+def _set_rows(pos: Tensor, values: Tensor):
+    def edit(x: Tensor) -> Tensor:
+        x = x.clone()
+        x[torch.arange(x.shape[0], device=x.device), pos.to(x.device)] = values.to(x.dtype)
+        return x
+    return edit
+
+
+def _set_head(source: Tensor, head: int, unit: str):
+    axis = 2 if unit == "entries" else 3  # hook_out [b, entry, kv, d]; hook_gate [b, entry, offset, kv(, d)]
+
+    def edit(x: Tensor) -> Tensor:
+        x = x.clone()
+        idx = (slice(None),) * axis + (head,)
+        x[idx] = source[idx].to(x.dtype)
+        return x
+    return edit

@@ -1,0 +1,153 @@
+"""Running a model for interventions: logits at one query position per row, hooks that are
+always removed, many units batched into one forward, and the "changed nothing" check."""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+# A unit edit: {hook name: fn(activation block [B, ...]) -> edited block}, applied to one unit's rows.
+UnitEdit = dict[str, Callable[[Tensor], Tensor]]
+
+
+class _Stop(Exception):
+    """Raised by the last hook we need, so the rest of the forward is skipped."""
+
+
+def has_hooks(model) -> bool:
+    """Whether any hook point of `model` holds a forward or backward hook."""
+    return any(hp.has_hooks() if hasattr(hp, "has_hooks") else bool(hp._forward_hooks)
+               for hp in model.hook_dict.values())
+
+
+@contextmanager
+def hooked(model, fwd_hooks: Sequence[tuple[str, Callable]] = ()) -> Iterator[None]:
+    """Attach forward hooks for the duration of the block; they are removed on exit, also when
+    the block raises (TransformerLens `model.hooks`)."""
+    with model.hooks(fwd_hooks=list(fwd_hooks)):
+        yield
+
+
+def model_device(model) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def final_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                 fwd_hooks: Sequence[tuple[str, Callable]] = (), *, grad: bool = False
+                 ) -> Float[Tensor, "batch vocab"]:
+    """Next-token logits at `query_pos[i]` of each row, with `fwd_hooks` attached.
+
+    The forward stops after `ln_final` (only the scored positions are unembedded). Hooks are
+    removed even if the forward raises.
+
+    Example:
+        >>> from phaseinterp import HookedCompressedTransformer, preset
+        >>> m = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0)
+        >>> t = torch.randint(0, 512, (2, 16))
+        >>> torch.allclose(final_logits(m, t, torch.tensor([15, 7])), m(t)[[0, 1], [15, 7]], atol=1e-5)
+        True
+    """
+    dev = model_device(model)
+    tokens, query_pos = tokens.to(dev), query_pos.to(dev)
+    rows = torch.arange(tokens.shape[0], device=dev)
+    out = {}
+
+    def grab(x: Tensor, hook) -> Tensor:
+        out["h"] = x[rows, query_pos]
+        raise _Stop
+
+    with torch.set_grad_enabled(grad), hooked(model, [*fwd_hooks, ("ln_final.hook_normalized", grab)]):
+        try:
+            model(tokens)
+        except _Stop:
+            pass
+        return out["h"] @ model.W_unembed
+
+
+def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+              units: Sequence[UnitEdit], *, max_rows: int = 2048,
+              base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
+    """Logits at `query_pos` for each unit's edit, several units per forward.
+
+    The batch is repeated once per unit in a chunk (at most `max_rows` rows per forward, at
+    least one unit); each unit's hook functions see and edit only that unit's rows.
+
+    Args:
+        model: a HookedCompressedTransformer (or any TransformerLens HookedRootModule with
+            `ln_final.hook_normalized` and `W_unembed`).
+        tokens, query_pos: the rows.
+        units: one {hook name: fn(block) -> block} per unit (an empty dict is the clean run).
+        max_rows: rows per forward pass (units per forward = max(1, max_rows // batch)).
+        base_hooks: hooks applied to every row before the unit edits (e.g. a gate override).
+
+    Example:
+        >>> zero_l0 = {"blocks.0.attn.hook_z": lambda z: torch.zeros_like(z)}
+        >>> run_units(model, tokens, qpos, [{}, zero_l0]).shape  # doctest: +SKIP
+        torch.Size([2, batch, vocab])
+    """
+    if max_rows < 1:
+        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
+    B = tokens.shape[0]
+    per = max(1, max_rows // max(B, 1))
+    outs = []
+    for start in range(0, len(units), per):
+        chunk = units[start : start + per]
+        names = sorted({name for u in chunk for name in u})
+
+        def make(name: str) -> Callable:
+            def hook(x: Tensor, hook) -> Tensor:
+                x = x.clone()
+                for i, u in enumerate(chunk):
+                    if name in u:
+                        x[i * B : (i + 1) * B] = u[name](x[i * B : (i + 1) * B])
+                return x
+            return hook
+
+        logits = final_logits(model, tokens.repeat(len(chunk), 1), query_pos.repeat(len(chunk)),
+                              [*base_hooks, *[(n, make(n)) for n in names]])
+        outs.append(logits.view(len(chunk), B, -1))
+    return torch.cat(outs)
+
+
+def unchanged_units(edited: Float[Tensor, "unit batch vocab"], clean: Float[Tensor, "batch vocab"],
+                    rtol: float = 1e-5) -> list[int]:
+    """Indices of units whose logits equal the clean logits up to `rtol` times the logit scale."""
+    tol = rtol * (1.0 + float(clean.abs().max()))
+    diff = (edited - clean[None]).abs().flatten(1).amax(1)
+    return [i for i, d in enumerate(diff.tolist()) if d <= tol]
+
+
+def warn_unchanged(labels: Sequence[str], what: str) -> None:
+    """Emit one UserWarning naming the units whose intervention changed no output."""
+    if labels:
+        shown = ", ".join(labels[:12]) + (f" and {len(labels) - 12} more" if len(labels) > 12 else "")
+        warnings.warn(f"{what} changed no output (logits equal to the run without it) for: {shown}",
+                      UserWarning, stacklevel=3)
+
+
+def capture(model, tokens: Int[Tensor, "batch pos"], names: Sequence[str]) -> dict[str, Tensor]:
+    """Activations at the given hook names from one forward (no gradients; stops after the
+    last of them fires)."""
+    for n in names:
+        model.check_hook_name(n)
+    out: dict[str, Tensor] = {}
+    want = set(names)
+
+    def grab(x: Tensor, hook) -> None:
+        out[hook.name] = x.detach()
+        if set(out) >= want:
+            raise _Stop
+
+    with torch.no_grad(), hooked(model, [(n, grab) for n in names]):
+        try:
+            model(tokens.to(model_device(model)))
+        except _Stop:
+            pass
+    return out
