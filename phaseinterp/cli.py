@@ -15,6 +15,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phaseinterp", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
         importlib.import_module(f"phaseinterp.commands.{info.name}").register(sub)
     return parser
 

@@ -41,7 +41,8 @@ def test_cli_writes_curve_table_and_figure(tmp_path, use_model, capsys):
     curve = PhaseCurve.from_json(tmp_path / "curve.json")
     assert curve.accuracy.tolist() == [0.0 if r % 4 == 1 else 1.0 for r in range(8)]
     assert curve.stride == 4 and curve.label == "stand-in (seed 0)"
-    assert curve.config["source"] == {"preset": "stand-in", "init_seed": 0}
+    assert {k: curve.config["source"][k] for k in ("preset", "init_seed")} == {"preset": "stand-in", "init_seed": 0}
+    assert curve.config["source"]["task"]["from_card"] is False
     assert curve.config["task"]["protocol"] == "insequence"
     table = pd.read_csv(tmp_path / "curve.csv")
     assert table["accuracy"].tolist() == curve.accuracy.tolist() and table["n"].tolist() == [6] * 8

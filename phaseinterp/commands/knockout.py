@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
+from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
+                                          write_json)
 
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
 mean over a disjoint calibration set (--replacement), on record lookup, and write
@@ -17,110 +18,6 @@ OUT/knockout_map.{json,csv,html}, OUT/clean_curve.json and OUT/summary.json. Wor
 or on a random-weight model (--preset NAME --seed N)."""
 
 
-# ---- shared with `phaseinterp gates` ------------------------------------------------------------
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", nargs="?", help="checkpoint path (or use --preset)")
-    p.add_argument("--preset", help="random-weight model of this preset instead of a checkpoint")
-    p.add_argument("--seed", type=int, default=0, help="initialization seed for --preset (default 0)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-
-
-def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
-    from phaseinterp.tasks import PROTOCOLS, VARIANTS
-
-    p.add_argument("--modulus", type=int, help="residue modulus R (default: lcm of the model's strides)")
-    p.add_argument("--n-per-residue", type=int, default=n_per_residue,
-                   help=f"logical examples per residue (default {n_per_residue})")
-    p.add_argument("--protocol", choices=PROTOCOLS, help="padding protocol (default: the card's, else prefix)")
-    p.add_argument("--task", choices=list(VARIANTS), default="lookup", help="task variant (default lookup)")
-    p.add_argument("--n-records", type=int, help="records per prompt (default: the card's, else 64)")
-    p.add_argument("--n-demos", type=int, help="demonstrations per prompt (default: the card's, else 8)")
-    p.add_argument("--seq-len", type=int, help="prompt length (default: the card's, else the shortest that fits)")
-    p.add_argument("--card", type=Path, help="checkpoint card whose matched evaluation task sets the defaults "
-                                             "(default: CHECKPOINT with .json, when it is a card)")
-    p.add_argument("--task-seed", type=int, default=0, help="seed of the prompts (default 0)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
-
-
-def card_task(args: argparse.Namespace) -> dict[str, Any]:
-    """The matched evaluation task of the checkpoint's card (`data.eval_task`), or {} without a card."""
-    path = args.card
-    if path is None and args.checkpoint:
-        guess = Path(args.checkpoint).with_suffix(".json")
-        path = guess if guess.is_file() else None
-    if path is None:
-        return {}
-    try:
-        card = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"--card {str(path)!r} is not a readable JSON card: {err}") from None
-    task = card.get("data", {}).get("eval_task") if isinstance(card, dict) else None
-    if not isinstance(task, dict):
-        if args.card is not None:
-            raise ValueError(f"card {str(path)!r} has no data.eval_task")
-        return {}
-    return task
-
-
-def load_model(args: argparse.Namespace) -> torch.nn.Module:
-    """`phaseinterp.load(CHECKPOINT)` or `HookedCompressedTransformer(preset(NAME), seed=SEED)`, eval mode."""
-    if (args.checkpoint is None) == (args.preset is None):
-        raise ValueError("give a CHECKPOINT path or --preset NAME (exactly one)")
-    from phaseinterp import HookedCompressedTransformer, load, preset
-
-    torch.set_num_threads(max(1, args.threads))
-    model = (HookedCompressedTransformer(preset(args.preset), seed=args.seed) if args.preset
-             else load(args.checkpoint))
-    return model.to(args.device).eval()
-
-
-def source(args: argparse.Namespace) -> dict[str, Any]:
-    src = {"checkpoint": str(args.checkpoint)} if args.checkpoint else {"preset": args.preset, "init_seed": args.seed}
-    return {**src, "task": getattr(args, "task_kwargs", None)}
-
-
-def model_label(args: argparse.Namespace) -> str:
-    return Path(args.checkpoint).stem if args.checkpoint else f"{args.preset} (seed {args.seed})"
-
-
-def make_task(args: argparse.Namespace, model):
-    """(task, modulus) from the arguments, defaults from the checkpoint's card (its matched
-    evaluation task: vocabulary split, records, demonstrations, length) when there is one;
-    raises ValueError when the prompts do not fit."""
-    from phaseinterp.tasks import RecordLookup, default_modulus
-
-    cfg = model.cfg
-    if args.modulus is None:
-        try:
-            modulus = default_modulus(cfg.strides)
-        except ValueError:
-            raise ValueError("the model has full attention (no strides): give --modulus R") from None
-    else:
-        modulus = args.modulus
-    card = card_task(args)
-    pick = lambda name, default: getattr(args, name) if getattr(args, name) is not None else card.get(name, default)  # noqa: E731
-    kwargs = dict(vocab_size=card.get("vocab_size", cfg.vocab_size), n_records=pick("n_records", 64),
-                  n_demos=pick("n_demos", 8), protocol=pick("protocol", "prefix"), seq_len=pick("seq_len", None))
-    if kwargs["vocab_size"] > cfg.vocab_size:
-        raise ValueError(f"card vocab_size={kwargs['vocab_size']} exceeds the model's {cfg.vocab_size}")
-    task = RecordLookup.variant(args.task, **kwargs)
-    seq_len = task.geometry(modulus).seq_len
-    if seq_len > cfg.n_ctx:
-        raise ValueError(f"prompts of {seq_len} tokens exceed the model's n_ctx={cfg.n_ctx}; "
-                         "lower --n-records, --n-demos or --modulus")
-    args.task_kwargs = {**kwargs, "variant": args.task, "from_card": bool(card)}
-    return task, modulus
-
-
-def write_json(path: Path, obj: Any) -> Path:
-    from phaseinterp.measure.provenance import dumps
-
-    path.write_text(dumps(obj))
-    return path
-
-
-# ---- the command ---------------------------------------------------------------------------------
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("knockout", help="knockout map: accuracy change by (layer, KV head, residue)",
                               description=DESCRIPTION)

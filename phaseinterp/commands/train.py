@@ -1,0 +1,128 @@
+"""`phaseinterp train`: pretrain a model on the synthetic lookup + language mixture.
+
+    phaseinterp train --preset w4s4 --out runs/w4s4
+    phaseinterp train --config run.json --steps 500 --out runs/mine
+    phaseinterp train --preset w4s4 --out runs/w4s4 --resume          # continue the newest checkpoint
+    torchrun --nproc_per_node 2 -m phaseinterp.cli train --preset w4s4 --out runs/w4s4-ddp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = """Train a model and write OUT/run.json, OUT/metrics.jsonl, OUT/checkpoints/ and
+OUT/card.json. --preset takes a training recipe (see `phaseinterp.train.RECIPES`: the shipped
+checkpoints) or a model preset (trained with the default TrainConfig, its mixture over the model's
+whole vocabulary). --config takes a JSON file
+{"model": PRESET_NAME or ModelConfig fields, "train": TrainConfig fields (with "mixture")}.
+Under torchrun every process trains on its share of each global batch (DDP; gloo on CPU)."""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("train", help="pretrain on the synthetic lookup + language mixture",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help="training recipe or model preset name")
+    src.add_argument("--config", type=Path, help="JSON file with 'model' and 'train'")
+    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
+    p.add_argument("--seed", type=int, help="seed (default: the recipe's)")
+    p.add_argument("--batch-size", type=int, help="global batch size")
+    p.add_argument("--lr", type=float, help="peak learning rate")
+    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
+    p.add_argument("--log-every", type=int, help="steps between metrics lines")
+    p.add_argument("--device", help="'auto' (default: CUDA when available), 'cpu', 'cuda', 'cuda:N'")
+    p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
+                   help="continue from CHECKPOINT, or with no value from the newest checkpoint in --out")
+    p.add_argument("--until", type=int, help="stop after this step (checkpointed); resume later with --resume")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process (default 1)")
+    p.add_argument("--eval-examples", type=int, default=512,
+                   help="logical examples per residue for the card's phase curve (default 512; 0: no card)")
+    p.add_argument("--ship", type=Path, metavar="DIR",
+                   help="also copy the final weights, card and metrics to DIR/NAME.* (e.g. assets/checkpoints)")
+    p.add_argument("--ship-intermediate", action="store_true", help="with --ship: also every earlier checkpoint")
+    p.add_argument("--name", help="name of the run in its card and when shipped (default: --preset or the config file stem)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def resolve(args: argparse.Namespace):
+    """(name, ModelConfig, TrainConfig) from the arguments."""
+    from phaseinterp.config import ModelConfig
+    from phaseinterp.presets import PRESETS, preset
+    from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
+
+    if args.preset is not None:
+        name = args.preset
+        if name in RECIPES:
+            model_cfg, tcfg = recipe(name)
+        elif name in PRESETS:
+            model_cfg = preset(name)
+            tcfg = TrainConfig(mixture=Mixture(vocab_size=model_cfg.vocab_size))
+        else:
+            raise ValueError(f"--preset {name!r} is invalid: allowed a recipe {sorted(RECIPES)} or a model preset {sorted(PRESETS)}")
+    else:
+        name = args.config.stem
+        try:
+            spec = json.loads(args.config.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"--config {str(args.config)!r} is not a readable JSON file: {e}") from e
+        if not isinstance(spec, dict) or set(spec) - {"model", "train"} or "model" not in spec:
+            raise ValueError(f"--config {str(args.config)!r} must be a JSON object with keys 'model' (required) and 'train'")
+        model = spec["model"]
+        model_cfg = preset(model) if isinstance(model, str) else ModelConfig.from_dict(model)
+        train = dict(spec.get("train", {}))
+        train.setdefault("mixture", {"vocab_size": model_cfg.vocab_size})
+        tcfg = TrainConfig.from_dict(train)
+    overrides = {"steps": args.steps, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
+                 "checkpoint_every": args.checkpoint_every, "log_every": args.log_every, "device": args.device}
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    if "steps" in changes and changes["steps"] < tcfg.warmup_steps:
+        changes["warmup_steps"] = max(0, changes["steps"] // 10)
+    if changes:
+        tcfg = tcfg.replace(**changes)
+    return args.name or name, model_cfg, tcfg
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train (and card, ship); bad arguments or files print one error line and return 2."""
+    try:
+        return _run(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"phaseinterp train: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+
+    from phaseinterp.train import train
+    from phaseinterp.train.card import make_card, ship, write_card
+
+    if args.threads < 1:
+        raise ValueError(f"--threads={args.threads} is invalid: allowed an integer >= 1")
+    if args.eval_examples < 0:
+        raise ValueError(f"--eval-examples={args.eval_examples} is invalid: allowed an integer >= 0")
+    if args.ship_intermediate and args.ship is None:
+        raise ValueError("--ship-intermediate needs --ship DIR")
+    torch.set_num_threads(args.threads)
+    name, model_cfg, tcfg = resolve(args)
+    result = train(model_cfg, tcfg, args.out, resume=args.resume, until=args.until, progress=not args.no_progress, name=name)
+    if result.rank != 0 or result.step < tcfg.steps:
+        return 0
+    if args.eval_examples:
+        card = make_card(result, model_cfg, tcfg, name=name, eval_examples=args.eval_examples,
+                         world_size=result.world_size)
+        write_card(card, args.out / "card.json")
+        c = card["phase_curve"]
+        print(f"{name}: step {result.step}, loss {card['final_metrics'].get('loss', float('nan')):.4f}, "
+              f"lookup accuracy mean {c['mean']:.3f} worst {c['worst']:.3f} gap {c['gap_pp']:.1f} pp, "
+              f"wall {card['wall_time_s']:.0f} s -> {args.out / 'card.json'}")
+    if args.ship is not None:
+        for path in ship(args.out, args.ship, name, intermediate=args.ship_intermediate):
+            print(f"shipped {path}")
+    return 0
