@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-from transformers import DeepseekV4Config, DeepseekV4ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from phaseinterp.backends.tiny import tiny_deepseek_v4
 from phaseinterp.convert import compression_config_from_hf, from_hf_qwen3, load_hf_compressor
 from phaseinterp.model.compressor import Compressor
 from phaseinterp.model.layers import apply_rope, rope_angles
@@ -32,24 +33,10 @@ def test_full_attention_matches_hf_qwen3_logits(kv_heads, tied):
         assert (expected - ours(tokens)).abs().max() <= 1e-4
 
 
-def tiny_deepseek_v4():
-    cfg = DeepseekV4Config(
-        vocab_size=512, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-        head_dim=64, qk_rope_head_dim=16, q_lora_rank=64, o_groups=2, o_lora_rank=32,
-        n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, n_shared_experts=1,
-        layer_types=["sliding_attention", "compressed_sparse_attention",
-                     "heavily_compressed_attention", "compressed_sparse_attention"],
-        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
-        mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
-        sliding_window=16, index_n_heads=4, index_head_dim=32, index_topk=8, max_position_embeddings=1024,
-    )
-    torch.manual_seed(0)
-    return cfg, DeepseekV4ForCausalLM(cfg).eval()
-
-
 @pytest.mark.parametrize("layer", [1, 2])
 def test_deepseek_layouts_match_hf_compressor_entries(layer):
-    cfg, model = tiny_deepseek_v4()
+    model = tiny_deepseek_v4()
+    cfg = model.config
     hf = model.model.layers[layer].self_attn.compressor
     with torch.no_grad():
         for p in hf.parameters():

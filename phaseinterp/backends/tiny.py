@@ -22,8 +22,10 @@ def word_tokenizer(vocab_size: int = 512):
                                    pad_token="<pad>")
 
 
-def tiny_deepseek_v4(seed: int = 0):
-    """A 4-layer DeepSeek-V4 (sliding, CSA m=4, HCA m=16, CSA) with ~1M random parameters."""
+def tiny_deepseek_v4(seed: int = 0, index_topk: int = 8):
+    """A 4-layer DeepSeek-V4 (sliding, CSA m=4, HCA m=16, CSA) with ~1M random parameters.
+
+    `index_topk` >= the number of CSA entries makes the lightning indexer keep every entry."""
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
 
     cfg = DeepseekV4Config(
@@ -34,7 +36,7 @@ def tiny_deepseek_v4(seed: int = 0):
                      "heavily_compressed_attention", "compressed_sparse_attention"],
         compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
         mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
-        sliding_window=16, index_n_heads=4, index_head_dim=32, index_topk=8, max_position_embeddings=1024)
+        sliding_window=16, index_n_heads=4, index_head_dim=32, index_topk=index_topk, max_position_embeddings=1024)
     torch.manual_seed(seed)
     return DeepseekV4ForCausalLM(cfg).eval()
 
