@@ -1,0 +1,72 @@
+"""Quick evaluation of a trained model for its card: record-lookup accuracy by residue on prompts
+matched to the training mixture (`Mixture.eval_task_kwargs`). The full statistics (bootstrap,
+permutation tests) are `phaseinterp sweep` / `phaseinterp.measure.phase_sweep`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from phaseinterp.measure.intervals import wilson_interval
+from phaseinterp.tasks import RecordLookup
+from phaseinterp.train.data import Mixture
+
+
+@torch.no_grad()
+def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int = 256, seed: int = 1000,
+                protocol: str = "prefix", batch_size: int = 256, **task_overrides: Any) -> dict[str, Any]:
+    """Top-1 accuracy of `model` by target key position mod `modulus` on a matched
+    `RecordLookup`, as a JSON-ready dict (accuracy per residue with 95% Wilson intervals, mean,
+    worst, best, gap in points, and mean |A(r) - A(r + S)| in points for every S dividing the
+    modulus).
+
+    Args:
+        model: a HookedCompressedTransformer (or any tokens -> logits module).
+        mixture: the training mixture (vocabulary split, sequence length, record counts).
+        modulus: residue modulus R (>= 1).
+        n_per_residue: logical examples, each rendered at every residue (>= 1).
+        seed: task seed (evaluation prompts are not training batches: different generator).
+        protocol: "prefix" or "insequence".
+        batch_size: prompts per forward pass.
+        task_overrides: other `RecordLookup` arguments (n_records, n_demos, ...).
+    """
+    if isinstance(modulus, bool) or not isinstance(modulus, int) or modulus < 1:
+        raise ValueError(f"modulus={modulus!r} is invalid: allowed an integer >= 1")
+    kwargs = mixture.eval_task_kwargs(protocol=protocol)
+    kwargs.update(task_overrides)
+    task = RecordLookup(**kwargs)
+    batch = task.sample(n_per_residue, modulus, seed=seed)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = []
+    try:
+        for start in range(0, len(batch), batch_size):
+            tokens = batch.tokens[start:start + batch_size].to(device)
+            q = batch.query_pos[start:start + batch_size].to(device)
+            logits = model(tokens)
+            pred = logits[torch.arange(len(tokens), device=device), q].argmax(-1).cpu()
+            correct.append((pred[:, None] == batch.answers[start:start + batch_size]).any(1))
+    finally:
+        model.train(was_training)
+    correct = torch.cat(correct).numpy()
+    residue = batch.residue.numpy()
+    k = np.bincount(residue, weights=correct, minlength=modulus).astype(np.int64)
+    n = np.bincount(residue, minlength=modulus).astype(np.int64)
+    acc = k / np.maximum(n, 1)
+    lo, hi = wilson_interval(k, n)
+    periodicity = {str(s): float(100 * np.mean(np.abs(acc - np.roll(acc, -s)))) for s in range(1, modulus + 1)
+                   if modulus % s == 0}
+    return {
+        "task": {**kwargs, "n_per_residue": n_per_residue, "seed": seed, "modulus": modulus},
+        "accuracy": [round(float(a), 4) for a in acc], "n": n.tolist(), "n_correct": k.tolist(),
+        "wilson_95": [[round(float(a), 4), round(float(b), 4)] for a, b in zip(lo, hi)],
+        "mean": round(float(acc.mean()), 4), "worst": round(float(acc.min()), 4), "best": round(float(acc.max()), 4),
+        "gap_pp": round(float(100 * (acc.max() - acc.min())), 2),
+        "periodicity_pp": {s: round(v, 2) for s, v in periodicity.items()},
+    }
+
+
+__all__ = ["phase_curve"]

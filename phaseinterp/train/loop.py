@@ -1,0 +1,304 @@
+"""The training loop: AdamW, warm-up + cosine schedule, gradient clipping, scheduled checkpoints,
+exact resume, a JSONL metrics log, a progress bar, and data parallelism through `torchrun`.
+
+Data parallel: every process builds the same global batch (`make_batch` is a pure function of
+seed and step) and trains on its contiguous share of rows; each process's loss is its share of the
+*global* weighted sum divided by the global weight, times the world size, so DDP's gradient
+average equals the single-process gradient of the same global batch. Rank 0 writes checkpoints,
+logs and the progress bar.
+
+Run folder (`run_dir`):
+
+    run.json          model config, train config, versions (written at a fresh start)
+    metrics.jsonl     one line per `log_every` steps (window means; elapsed_s is wall time, cpu_s the
+                      process's CPU time, both cumulative over resumes); truncated to the resumed step
+    checkpoints/      step_N.safetensors (+ step_N.state.pt), see `phaseinterp.train.state`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from phaseinterp.config import ModelConfig
+from phaseinterp.model import HookedCompressedTransformer
+from phaseinterp.train.config import TrainConfig
+from phaseinterp.train.data import IGNORE, TrainBatch, make_batch
+from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_checkpoint_for_resume, save_checkpoint
+
+# window sums kept per step: weighted loss numerator, lookup CE, lookup count, language CE,
+# language count, query correct, query count, lookup correct
+_SUMS = ("wloss", "lookup_ce", "lookup_n", "lm_ce", "lm_n", "query_correct", "query_n", "lookup_correct")
+
+
+def versions() -> dict[str, str]:
+    """Versions of the software that made a result."""
+    import transformer_lens  # noqa: F401
+
+    from phaseinterp import __version__
+
+    out = {"phaseinterp": __version__, "torch": torch.__version__, "numpy": np.__version__,
+           "python": platform.python_version()}
+    try:
+        from importlib.metadata import version
+
+        out["transformer_lens"] = version("transformer-lens")
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{local_rank}"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} is invalid: CUDA is not available here (allowed 'cpu' or 'auto')")
+    return torch.device(name)
+
+
+@dataclass
+class _Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    owns_group: bool = False
+
+    @classmethod
+    def setup(cls, device_name: str) -> "_Dist":
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        use_cuda = resolve_device(device_name, local_rank).type == "cuda"
+        if use_cuda:
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+        return cls(dist.get_rank(), dist.get_world_size(), local_rank, owns_group=True)
+
+    def all_sum(self, x: Tensor) -> Tensor:
+        if self.world > 1:
+            dist.all_reduce(x, op=dist.ReduceOp.SUM)
+        return x
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def teardown(self) -> None:
+        if self.owns_group:
+            dist.destroy_process_group()
+
+
+@dataclass
+class TrainResult:
+    """What `train` returns (on every rank; `metrics` holds the lines logged by this call)."""
+
+    model: HookedCompressedTransformer
+    run_dir: Path
+    step: int
+    checkpoint: Path | None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    wall_time_s: float = 0.0
+    rank: int = 0
+    world_size: int = 1
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def batch_sums(logits: Tensor, batch: TrainBatch) -> tuple[Tensor, Tensor]:
+    """(weighted CE sum, metric sums in `_SUMS` order) for one (shard of a) batch."""
+    B, T, V = logits.shape
+    ce = F.cross_entropy(logits.reshape(B * T, V).float(), batch.targets.reshape(-1), ignore_index=IGNORE,
+                         reduction="none").view(B, T)
+    wloss = (ce * batch.weights).sum()
+    with torch.no_grad():
+        correct = logits.argmax(-1) == batch.targets
+        lm = (batch.targets != IGNORE) & ~batch.lookup
+        sums = torch.stack([
+            wloss.detach(), ce[batch.lookup].sum(), batch.lookup.sum(), ce[lm].sum(), lm.sum(),
+            correct[batch.query].sum(), batch.query.sum(), correct[batch.lookup].sum(),
+        ]).double()
+    return wloss, sums
+
+
+def _summary(sums: Tensor, steps: int) -> dict[str, float]:
+    s = dict(zip(_SUMS, sums.tolist()))
+    div = lambda a, b: a / b if b else float("nan")  # noqa: E731
+    return {
+        "loss": s["wloss"] / steps,  # mean over steps of the weighted per-step loss
+        "lookup_loss": div(s["lookup_ce"], s["lookup_n"]), "lm_loss": div(s["lm_ce"], s["lm_n"]),
+        "acc": div(s["query_correct"], s["query_n"]), "lookup_acc": div(s["lookup_correct"], s["lookup_n"]),
+    }
+
+
+def _prepare_log(path: Path, resumed_step: int | None) -> None:
+    """Keep only lines up to the resumed step (a fresh run starts an empty log)."""
+    keep = []
+    if resumed_step is not None and path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip() and json.loads(line)["step"] <= resumed_step:
+                keep.append(line)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(k + "\n" for k in keep))
+    os.replace(tmp, path)
+
+
+def train(model_cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | os.PathLike, *, resume: str | os.PathLike | None = None,
+          until: int | None = None, progress: bool = True, name: str | None = None) -> TrainResult:
+    """Train a `HookedCompressedTransformer` from scratch or resume a run.
+
+    Args:
+        model_cfg: the model; its `vocab_size` must cover the mixture's vocabulary.
+        tcfg: optimizer, schedule, data mixture, seed, checkpoint cadence.
+        run_dir: run folder (created); holds run.json, metrics.jsonl and checkpoints/.
+        resume: None (fresh run; `run_dir` must not hold checkpoints), "latest" (the newest
+            checkpoint in `run_dir`, or a fresh start when there is none) or a checkpoint path.
+        until: stop after this step (and checkpoint it), as if interrupted; None = `tcfg.steps`.
+        progress: show a progress bar with loss and accuracy (rank 0).
+        name: label for the progress bar.
+
+    Returns:
+        TrainResult with the trained model (on its device), final step and checkpoint.
+
+    Raises:
+        ValueError: bad configs, a batch not divisible by the number of processes, or a
+            checkpoint that does not fit (see `load_checkpoint_for_resume`).
+
+    Example:
+        >>> from phaseinterp import preset
+        >>> from phaseinterp.train import Mixture, TrainConfig, train
+        >>> cfg = preset("tiny-w4s4").replace(vocab_size=128)
+        >>> tcfg = TrainConfig(steps=2, batch_size=2, warmup_steps=1, mixture=Mixture(vocab_size=128, seq_len=32, max_records=4, max_demos=2))
+        >>> train(cfg, tcfg, "/tmp/phaseinterp-doctest", progress=False, resume="latest").step  # doctest: +SKIP
+        2
+    """
+    mix = tcfg.mixture
+    if mix.vocab_size > model_cfg.vocab_size:
+        raise ValueError(f"mixture.vocab_size={mix.vocab_size} is invalid: allowed <= the model's vocab_size ({model_cfg.vocab_size})")
+    if mix.seq_len > model_cfg.n_ctx:
+        raise ValueError(f"mixture.seq_len={mix.seq_len} is invalid: allowed <= the model's n_ctx ({model_cfg.n_ctx})")
+    stop = tcfg.steps if until is None else until
+    if isinstance(stop, bool) or not isinstance(stop, int) or not 1 <= stop <= tcfg.steps:
+        raise ValueError(f"until={until!r} is invalid: allowed an integer in [1, steps={tcfg.steps}]")
+    run_dir = Path(run_dir)
+    ctx = _Dist.setup(tcfg.device)
+    try:
+        return _train(model_cfg, tcfg, run_dir, resume, stop, progress and ctx.rank == 0, name, ctx)
+    finally:
+        ctx.teardown()
+
+
+def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -> TrainResult:
+    if tcfg.batch_size % ctx.world:
+        raise ValueError(f"batch_size={tcfg.batch_size} is invalid: allowed a multiple of the number of processes ({ctx.world})")
+    device = resolve_device(tcfg.device, ctx.local_rank)
+    torch.manual_seed(tcfg.seed)
+    model = HookedCompressedTransformer(model_cfg, seed=tcfg.seed).to(device)
+    model.train()
+    opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
+                            weight_decay=tcfg.weight_decay, foreach=device.type == "cuda")
+    start, prior_elapsed, prior_cpu = 0, 0.0, 0.0
+    if resume == "latest":
+        resume = latest_checkpoint(run_dir)
+    elif resume is None and list_checkpoints(run_dir):
+        raise ValueError(f"run_dir={str(run_dir)!r} already holds checkpoints: resume it (resume='latest') or use a new folder")
+    if resume is not None:
+        start = load_checkpoint_for_resume(resume, model, opt, tcfg)
+        from phaseinterp.checkpoint import read_metadata
+
+        saved = read_metadata(resume)["extra"].get("metrics", {})
+        prior_elapsed, prior_cpu = float(saved.get("elapsed_s", 0.0)), float(saved.get("cpu_s", 0.0))
+    log_path = run_dir / "metrics.jsonl"
+    if ctx.rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if resume is None:
+            info = {"model_config": model_cfg.to_dict(), "train_config": tcfg.to_dict(), "world_size": ctx.world,
+                    "device": str(device), "versions": versions()}
+            (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+        _prepare_log(log_path, start if resume is not None else None)
+    ctx.barrier()
+
+    wrapped = model
+    if ctx.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    shard = tcfg.batch_size // ctx.world
+    params = [p for p in model.parameters()]
+    window = torch.zeros(len(_SUMS), dtype=torch.float64)
+    window_steps, window_tokens, logged = 0, 0, []
+    last_ckpt = None
+    bar = tqdm(total=tcfg.steps, initial=start, disable=not progress, desc=name, dynamic_ncols=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    t_window = t0
+    for step in range(start, stop):
+        full = make_batch(tcfg.mixture, tcfg.seed, step, tcfg.batch_size)
+        total_weight = float(full.weights.sum())
+        batch = full.rows(ctx.rank * shard, (ctx.rank + 1) * shard).to(device)
+        lr = tcfg.lr_at(step)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        logits = wrapped(batch.tokens)
+        wloss, sums = batch_sums(logits, batch)
+        loss = wloss / max(total_weight, 1e-12)
+        (loss * ctx.world).backward()
+        if tcfg.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip)
+        else:
+            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sums[0] = sums[0] / max(total_weight, 1e-12)
+        window += sums.cpu()
+        window_steps += 1
+        window_tokens += tcfg.batch_size * tcfg.mixture.seq_len
+        done = step + 1
+        bar.update(1)
+        if done % tcfg.log_every == 0 or done in (tcfg.steps, stop):
+            total = ctx.all_sum(window.clone())
+            now = time.perf_counter()
+            line = {"step": done, **_summary(total, window_steps), "lr": lr, "grad_norm": float(grad_norm),
+                    "tokens_per_s": window_tokens / max(now - t_window, 1e-9), "elapsed_s": prior_elapsed + now - t0,
+                    "cpu_s": prior_cpu + time.process_time() - c0}
+            logged.append(line)
+            if ctx.rank == 0:
+                with open(log_path, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+                bar.set_postfix(loss=f"{line['loss']:.3f}", acc=f"{line['acc']:.2f}")
+            window.zero_()
+            window_steps, window_tokens, t_window = 0, 0, now
+        if done % tcfg.checkpoint_every == 0 or done in (tcfg.steps, stop):
+            if ctx.rank == 0:
+                metrics = dict(logged[-1]) if logged and logged[-1]["step"] == done else {}
+                metrics["elapsed_s"] = prior_elapsed + time.perf_counter() - t0
+                metrics["cpu_s"] = prior_cpu + time.process_time() - c0
+                last_ckpt = save_checkpoint(model, opt, done, tcfg, run_dir, ctx.world, metrics)
+            ctx.barrier()
+    bar.close()
+    ctx.barrier()
+    final = latest_checkpoint(run_dir) if last_ckpt is None else last_ckpt
+    return TrainResult(model=model.eval(), run_dir=run_dir, step=max(start, stop), checkpoint=final, metrics=logged,
+                       wall_time_s=prior_elapsed + time.perf_counter() - t0, rank=ctx.rank, world_size=ctx.world)
+
+
+__all__ = ["TrainResult", "batch_sums", "resolve_device", "train", "versions"]
