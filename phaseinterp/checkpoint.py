@@ -31,6 +31,9 @@ def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Pat
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=metadata)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint is an ordinary file
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

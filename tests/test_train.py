@@ -259,3 +259,30 @@ def test_cli_reports_bad_arguments_and_resume_mismatches_as_one_error_line(tmp_p
     assert main([*argv, "--resume", "--lr", "0.5"]) == 2
     assert "train config field 'lr' is 0.01 in the checkpoint but 0.5" in capsys.readouterr().err
     assert main([*argv, "--resume", "--log-every", "2"]) == 0  # finished run: nothing left to do
+
+
+# ---- shipped checkpoints -------------------------------------------------------------------------
+
+def test_shipped_checkpoints_load_match_their_cards_and_recipes():
+    from pathlib import Path
+
+    from phaseinterp.train import RECIPES, recipe
+
+    folder = Path(__file__).resolve().parents[1] / "assets" / "checkpoints"
+    cards = sorted(folder.glob("*.json"))
+    if not cards:
+        pytest.skip("no shipped checkpoints")
+    assert {c.stem for c in cards} == set(RECIPES)
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert total <= 30 * 2**20
+    for path in cards:
+        card = json.loads(path.read_text())
+        model_cfg, tcfg = recipe(card["name"])
+        meta = phaseinterp.checkpoint.read_metadata(path.with_suffix(".safetensors"))
+        assert meta["config"] == card["model_config"] == json.loads(json.dumps(model_cfg.to_dict()))
+        assert card["train_config"] == json.loads(json.dumps(tcfg.to_dict()))
+        assert meta["extra"]["step"] == card["steps"] == tcfg.steps and card["seed"] == tcfg.seed
+        assert len(card["phase_curve"]["accuracy"]) == 8 and card["wall_time_s"] > 0
+    intermediate = sorted((folder / "w4s4").glob("step_*.safetensors"))
+    assert len(intermediate) >= 5
+    assert phaseinterp.checkpoint.read_metadata(intermediate[0])["extra"]["step"] == 250

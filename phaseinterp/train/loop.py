@@ -188,7 +188,8 @@ def train(model_cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | os.PathLike,
         >>> from phaseinterp import preset
         >>> from phaseinterp.train import Mixture, TrainConfig, train
         >>> cfg = preset("tiny-w4s4").replace(vocab_size=128)
-        >>> tcfg = TrainConfig(steps=2, batch_size=2, warmup_steps=1, mixture=Mixture(vocab_size=128, seq_len=32, max_records=4, max_demos=2))
+        >>> mix = Mixture(vocab_size=128, seq_len=32, max_records=4, min_demos=0, max_demos=2)
+        >>> tcfg = TrainConfig(steps=2, batch_size=2, warmup_steps=1, mixture=mix, device="cpu")
         >>> train(cfg, tcfg, "/tmp/phaseinterp-doctest", progress=False, resume="latest").step  # doctest: +SKIP
         2
     """

@@ -7,16 +7,16 @@ For every card `NAME.json` in the checkpoint folder, the sweep of `phaseinterp s
 training vocabulary split, sequence length, records and demonstrations), residues mod 8 (the
 lcm of all strides), the same prompts (task seed) for every model, bootstrap and permutation
 statistics with the model's stride S (full attention: S = 4, the question being whether it shows
-a period at all). Equivalent per checkpoint:
+a period at all). Equivalent per checkpoint (the card next to the checkpoint sets the task):
 
     phaseinterp sweep assets/checkpoints/NAME.safetensors --modulus 8 --stride S \\
-        --n-records N --n-demos D --seq-len T --n-per-residue K --out DIR
+        --protocol P --n-per-residue 512 --out DIR
 
 Runs both padding protocols ("prefix": records contiguous, shifted together; "insequence": random
 gaps between records) and writes, for each, to `OUT/PROTOCOL/`: `periodicity.json` (summary per
 model, per-residue curves, the protocol and versions), `periodicity.csv` (one row per model and
 residue), `periodicity.md` (the table) and `overlay.html` (all curves on one figure); and
-`OUT/README.md` with both tables.
+`OUT/periodicity.md` with both tables.
 
 Note: with residues mod 8, a stride-8 model has one period per curve, so its periodicity
 statistics are undefined (NaN); a longer modulus would need prompts longer than the 64 tokens the
@@ -95,7 +95,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 512, task_seed: in
                "summary": rows, "curves": {k: c.to_dict() for k, c in curves.items()}, "versions": versions()}
     (out / "periodicity.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
     (out / "periodicity.md").write_text(_markdown(table, n_per_residue, protocol))
-    save_html(phase_figure(curves), out / "overlay.html")
+    save_html(phase_figure(curves), out / "overlay.html", include_plotlyjs="cdn")  # small file; needs the network to view
     return table
 
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
              "Reproduce: `python -m phaseinterp.train.result` (a minute or two on one core). Each checkpoint is "
              f"evaluated on its card's matched task ({tasks}), with the same prompts for every model. "
              "Figures: `PROTOCOL/overlay.html`.\n\n")
-    (args.out / "README.md").write_text(intro + "\n".join(parts))
+    (args.out / "periodicity.md").write_text(intro + "\n".join(parts))
     return 0
 
 
