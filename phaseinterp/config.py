@@ -38,6 +38,14 @@ def _check_bool(name: str, value: Any) -> None:
         raise _bad(name, value, "True or False")
 
 
+def check_known_fields(cls: type, d: dict[str, Any]) -> None:
+    """Raise a ValueError naming keys of `d` that are not fields of dataclass `cls`."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}: allowed {sorted(known)}")
+
+
 def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
         raise _bad(name, value, "a finite number > 0")
@@ -222,10 +230,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown ModelConfig fields {sorted(unknown)}: allowed {sorted(known)}")
+        check_known_fields(cls, d)
         d = dict(d)
         if d.get("layers") is not None:
             d["layers"] = tuple(s if s == "full" else CompressionConfig(**s) for s in d["layers"])

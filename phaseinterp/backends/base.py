@@ -40,6 +40,17 @@ class Site:
     from_canon: Callable[[Tensor, Tensor], Tensor] = lambda canon, raw: canon
 
 
+def input_head_site(module: Any, n_heads: int, d_head: int) -> Site:
+    """Head outputs as the input of `module` (an output projection), [batch, pos, head, d_head]."""
+
+    def set_input(value: Tensor) -> None:
+        module.input = value
+
+    return Site(get=lambda: module.input, set=set_input,
+                to_canon=lambda raw: raw.reshape(*raw.shape[:2], n_heads, d_head),
+                from_canon=lambda canon, raw: canon.reshape(raw.shape))
+
+
 @dataclass(frozen=True, eq=False)
 class Read:
     """One activation to read: site ("head", "layer", "gate" or "entry"), layer, branch and, for

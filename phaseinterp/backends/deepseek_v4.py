@@ -29,7 +29,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from phaseinterp.backends.base import Backend, Site
+from phaseinterp.backends.base import Backend, Site, input_head_site
 from phaseinterp.backends.hf import HFMixin
 from phaseinterp.backends.units import BackendConfig
 
@@ -122,15 +122,7 @@ class DeepseekV4Backend(HFMixin, Backend):
     def _site(self, site: str, layer: int, branch: int) -> Site:
         attn = self.nn.model.layers[layer].self_attn
         if site == "head":
-            env = attn.o_a_proj
-            H, d = self.cfg.n_heads, self.cfg.d_head
-
-            def set_input(value: Tensor) -> None:
-                env.input = value
-
-            return Site(get=lambda: env.input, set=set_input,
-                        to_canon=lambda raw: raw.reshape(*raw.shape[:2], H, d),
-                        from_canon=lambda canon, raw: canon.reshape(raw.shape))
+            return input_head_site(attn.o_a_proj, self.cfg.n_heads, self.cfg.d_head)
         if site == "layer":
             return _tuple_site(attn, 0)
         if site == "entry":

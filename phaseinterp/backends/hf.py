@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from phaseinterp.backends.base import Backend, Site
+from phaseinterp.backends.base import Backend, Site, input_head_site
 from phaseinterp.backends.units import BackendConfig
 
 LAYER_PATHS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
@@ -150,15 +150,7 @@ class HFCausalLMBackend(HFMixin, Backend):
     def _site(self, site: str, layer: int, branch: int) -> Site:
         attn = _get(_get(self.nn, self.layers_path)[layer], self.attn_name)
         if site == "head":
-            env = _get(attn, self.out_name)
-            H, d = self.cfg.n_heads, self.cfg.d_head
-
-            def set_input(value: Tensor) -> None:
-                env.input = value
-
-            return Site(get=lambda: env.input, set=set_input,
-                        to_canon=lambda raw: raw.reshape(*raw.shape[:2], H, d),
-                        from_canon=lambda canon, raw: canon.reshape(raw.shape))
+            return input_head_site(_get(attn, self.out_name), self.cfg.n_heads, self.cfg.d_head)
         if site == "layer":
             held: dict[str, Any] = {}
 

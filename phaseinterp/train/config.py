@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from phaseinterp.config import check_known_fields
+
 from phaseinterp.train.data import Mixture, _bad, _int
 
 # Fields that do not change the trajectory (may differ when resuming).
@@ -104,10 +106,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}: allowed {sorted(known)}")
+        check_known_fields(cls, d)
         d = dict(d)
         if "betas" in d:
             d["betas"] = tuple(d["betas"])

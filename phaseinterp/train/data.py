@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
+from phaseinterp.config import check_known_fields
+
 import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
@@ -155,10 +157,7 @@ class Mixture:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Mixture":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown Mixture fields {sorted(unknown)}: allowed {sorted(known)}")
+        check_known_fields(cls, d)
         return cls(**d)
 
 
