@@ -80,6 +80,12 @@ class CompressionConfig:
         sink: per-head sink logit that appears only in the softmax denominator.
         layout: "generic", "deepseek-csa" (W = 2S two-half overlap, vector gates, tied K/V) or
             "hca" (W = S).
+        grid_offset: shift the chunk grid back by this many positions, 0 <= grid_offset < S (window
+            j starts at jS - grid_offset; slots before position 0 get weight 0). The trainer's
+            random-offset mitigation varies it per sequence.
+        chunkings: k interleaved chunk grids, each with its own gate and payload maps, shifted by
+            S/k from each other (a divisor of S). Entries come every S/k tokens: k/S entries per
+            token instead of 1/S (the multi-offset mitigation).
     """
 
     window: int = 8
@@ -97,6 +103,8 @@ class CompressionConfig:
     local_window: Union[int, Literal["tail"]] = 16
     sink: bool = False
     layout: Literal["generic", "deepseek-csa", "hca"] = "generic"
+    grid_offset: int = 0
+    chunkings: int = 1
 
     def __post_init__(self) -> None:
         _check_int("window", self.window, 1)
@@ -128,15 +136,39 @@ class CompressionConfig:
                 raise _bad("layout", self.layout, "'deepseek-csa' only with kv='tied' and gate='vector'")
         if self.layout == "hca" and self.window != self.stride:
             raise _bad("window", self.window, f"= stride ({self.stride}) for layout 'hca'")
+        _check_int("grid_offset", self.grid_offset, 0, self.stride - 1)
+        _check_int("chunkings", self.chunkings, 1, self.stride)
+        if self.stride % self.chunkings:
+            raise _bad("chunkings", self.chunkings, f"a divisor of stride ({self.stride})")
 
     @property
     def pad(self) -> int:
-        """How many positions before 0 the first window starts (S for deepseek-csa, else 0)."""
-        return self.stride if self.layout == "deepseek-csa" else 0
+        """How many positions before 0 the first window starts (S for deepseek-csa, else 0, plus
+        `grid_offset`)."""
+        return (self.stride if self.layout == "deepseek-csa" else 0) + self.grid_offset
+
+    @property
+    def entry_stride(self) -> int:
+        """Distance between consecutive entries: S / chunkings."""
+        return self.stride // self.chunkings
+
+    @property
+    def entries_per_token(self) -> float:
+        """Compressed cache entries per token and KV head (k / S), the local window aside."""
+        return self.chunkings / self.stride
+
+    def window_start(self, entry: int) -> int:
+        """First absolute position of entry `entry`'s window (negative for a partly padded one)."""
+        return entry * self.entry_stride - self.pad
+
+    def rope_position(self, entry: int) -> int:
+        """Position at which entry `entry`'s key is rotated: its window start (deepseek-csa: the
+        current block's start)."""
+        return self.window_start(entry) + (self.stride if self.layout == "deepseek-csa" else 0)
 
     def n_entries(self, seq_len: int) -> int:
         """Number of complete windows in a sequence of `seq_len` tokens."""
-        return max(0, (seq_len + self.pad - self.window) // self.stride + 1)
+        return max(0, (seq_len + self.pad - self.window) // self.entry_stride + 1)
 
     def local_length(self) -> int:
         """Slots in the local key block: L, or W - 1 in tail mode (the longest possible tail)."""

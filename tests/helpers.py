@@ -32,5 +32,8 @@ COMPRESSED_VARIANTS = {
         window=8, stride=4, gate="vector", kv="tied", layout="deepseek-csa", rope="partial", rope_dims=4,
         rope_style="interleaved", sink=True, local_window=7,
     ),
+    "w4s4-offset1-2chunkings": CompressionConfig(window=4, stride=4, grid_offset=1, chunkings=2, local_window=5),
+    "w8s4-vector-offset3-4chunkings-tail": CompressionConfig(window=8, stride=4, gate="vector", grid_offset=3, chunkings=4,
+                                                             local_window="tail"),
     "hca-noneentrynorm-L0": CompressionConfig(window=5, stride=5, layout="hca", entry_norm=False, local_window=0, sink=True),
 }

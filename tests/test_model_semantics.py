@@ -115,11 +115,12 @@ def test_padding_by_one_stride_shifts_entries_without_changing_them(name):
     names = [f"blocks.0.attn.{branch}.{h}" for h in ("hook_out", "hook_gate")]
     _, c0 = model.run_with_cache(tokens, names_filter=names)
     _, c1 = model.run_with_cache(padded, names_filter=names)
-    first = 1 if cc.layout == "deepseek-csa" else 0  # entry 0 of csa has masked previous-block slots
+    first = -(-cc.pad // cc.entry_stride)  # entries with masked slots before position 0 (csa, shifted grids)
+    shift = cc.chunkings  # one stride holds k entries, and chunking j mod k is kept
     for name in names:
         a, b = c0[name], c1[name]
-        assert b.shape[1] == a.shape[1] + 1
-        torch.testing.assert_close(b[:, 1 + first :], a[:, first:], atol=1e-5, rtol=1e-5)
+        assert b.shape[1] == a.shape[1] + shift
+        torch.testing.assert_close(b[:, shift + first :], a[:, first:], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))

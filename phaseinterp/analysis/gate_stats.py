@@ -60,7 +60,7 @@ def gate_weights(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence[in
     out = {}
     for name, (l, br, c) in names.items():
         g = acts[name]
-        first = -(-c.cc.pad // c.cc.stride)  # entries whose window starts before 0 are skipped
+        first = -(-c.cc.pad // c.cc.entry_stride)  # entries whose window starts before 0 are skipped
         out[(l, br)] = g[:, first:].flatten(0, 1)
     return out
 
@@ -106,6 +106,9 @@ def gate_profiles(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence[i
     rows = []
     for (l, br), a in gate_weights(model, tokens, layers=layers).items():
         cc = model.cfg.compression(l)
+        if cc.chunkings > 1:
+            raise ValueError(f"layer {l} has chunkings={cc.chunkings}: gate profiles by phase need one chunk grid "
+                             "(allowed chunkings=1); use gate_statistics or read hook_gate per chunking")
         S, W = cc.stride, cc.window
         mean = a.double().mean(0)  # [offset, kv_head(, d)]
         mean = mean.reshape(W, mean.shape[1], -1).mean(-1)  # channels averaged

@@ -22,6 +22,7 @@ from torch import Tensor
 from phaseinterp.backends.base import Backend, Site
 from phaseinterp.backends.units import BackendConfig
 from phaseinterp.model import HookedCompressedTransformer
+from phaseinterp.model.compressor import window_starts
 
 
 def _hook_site(envoy) -> Site:
@@ -73,7 +74,7 @@ class HookedBackend(Backend):
 
     def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]:
         cc = self._cc(layer)
-        starts = torch.arange(n_entries) * cc.stride - cc.pad
+        starts = window_starts(cc, n_entries)
         return (starts[:, None] + torch.arange(cc.window)) >= 0
 
     def gate_shape(self, layer: int) -> tuple[int, int]:

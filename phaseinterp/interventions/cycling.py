@@ -67,8 +67,9 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
         with torch.no_grad():
             for comp, index, bias in saved:
                 comp.gate_index.copy_(torch.roll(index, delta))
-                if bias is not None:
-                    comp.b_Z.copy_(torch.roll(bias, delta, dims=0))
+                if bias is not None:  # each chunking's bias rows roll on their own
+                    rows = bias.view(comp.cc.chunkings, comp.cc.window, -1)
+                    comp.b_Z.copy_(torch.roll(rows, delta, dims=1).view_as(bias))
         yield
     finally:
         with torch.no_grad():

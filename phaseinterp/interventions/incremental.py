@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
@@ -46,8 +47,7 @@ class _Group:
                 info["ctx"] = pos[joint.local_key_mask(cc, tt, pos)]
                 info["self"] = bool(joint.local_key_mask(cc, tt, tt))
                 if info["new"] is not None:
-                    start = info["new"] * cc.stride - cc.pad
-                    info["win"] = torch.arange(max(start, 0), t)
+                    info["win"] = torch.arange(max(cc.window_start(info["new"]), 0), t)
             self.layers.append(info)
         self.store: list[dict[str, Tensor]] = [{} for _ in model.blocks]
 
@@ -215,12 +215,15 @@ class FinalPositionRun:
             shared_v.append(st["ev"])
             if info["new"] is not None:
                 win = torch.cat([st["win"].expand(U, *st["win"].shape), h[:, :, None]], dim=2)
-                win = win.reshape(U * b, win.shape[2], -1)
+                missing = cc.window - win.shape[2]  # slots before position 0
+                win = F.pad(win.reshape(U * b, 1, win.shape[2], -1), (0, 0, missing, 0))
+                before = (torch.arange(cc.window, device=x.device) < missing)[None]
+                new = info["new"]
                 if cc.kv == "tied":
-                    ek = ev = attn.compress_kv(win)[:, -1]
+                    ek = ev = attn.compress_kv.fold(win, before, new)[:, 0]
                 else:
-                    ek, ev = attn.compress_k(win)[:, -1], attn.compress_v(win)[:, -1]
-                ek = attn.rotate(ek[:, None], torch.tensor([info["new"] * cc.stride], device=x.device))[:, 0]
+                    ek, ev = attn.compress_k.fold(win, before, new)[:, 0], attn.compress_v.fold(win, before, new)[:, 0]
+                ek = attn.rotate(ek[:, None], torch.tensor([cc.rope_position(new)], device=x.device))[:, 0]
                 own_k.append(ek.view(U, b, K, d))
                 own_v.append(ev.view(U, b, K, d))
         shared_k.append(st["k"])

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from phaseinterp.interventions.runner import hooked
-from phaseinterp.model.compressor import Compressor
+from phaseinterp.model.compressor import Compressor, window_starts
 
 BRANCH_NAMES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
 OVERRIDES = ("uniform", "one_hot", "tensor")
@@ -49,7 +49,7 @@ def compressors(model, layers: Sequence[int] | None = None, branches: Sequence[s
 def _valid_slots(comp: Compressor, n_entries: int, device) -> Tensor:
     """[entry, offset] True where the slot lies at a position >= 0 (deepseek-csa entry 0 has not)."""
     cc = comp.cc
-    start = torch.arange(n_entries, device=device) * cc.stride - cc.pad
+    start = window_starts(cc, n_entries, device)
     return (start[:, None] + torch.arange(cc.window, device=device)[None]) >= 0
 
 

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from phaseinterp.config import CompressionConfig, ModelConfig
 from phaseinterp.model import joint_attention as joint
-from phaseinterp.model.compressor import Compressor
+from phaseinterp.model.compressor import Compressor, entry_rope_positions
 from phaseinterp.model.layers import RMSNorm, apply_rope, rope_angles
 from transformer_lens.hook_points import HookPoint
 
@@ -110,7 +110,7 @@ class Attention(nn.Module):
             ek = ev = self.compress_kv(x)
         else:
             ek, ev = self.compress_k(x), self.compress_v(x)
-        rope_positions = torch.arange(ek.shape[1], device=x.device) * cc.stride
+        rope_positions = entry_rope_positions(cc, ek.shape[1], x.device)
         return self.hook_rot_entries(self.rotate(ek, rope_positions)), ev
 
     def _compressed(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -8,8 +8,12 @@ For window j and offset i (absolute position p = start_j + i, layer input h_p):
 
 `m(i)` picks the map used at offset i: i ("per_offset"), 0 ("shared") or the half, 0 = previous
 block's `a` slots and 1 = current block's `b` slots ("deepseek-csa"). Slots before position 0
-(deepseek-csa entry 0) get gate logit -inf, i.e. weight 0, as in HuggingFace DeepSeek-V4.
-RoPE is not applied here: the attention rotates key entries (`attn.hook_rot_entries`).
+(deepseek-csa entry 0, or a shifted grid's first window) get gate logit -inf, i.e. weight 0, as in
+HuggingFace DeepSeek-V4. RoPE is not applied here: the attention rotates key entries
+(`attn.hook_rot_entries`).
+
+With `chunkings = k > 1`, entry j belongs to chunking j mod k, which has its own maps: rows
+`c * n_maps + m(i)` of `W_C`, `W_Z` and rows `c * W + i` of `b_Z`.
 """
 
 from __future__ import annotations
@@ -22,10 +26,20 @@ from phaseinterp.model.layers import RMSNorm
 from transformer_lens.hook_points import HookPoint
 
 
+def window_starts(cc: CompressionConfig, n_entries: int, device: torch.device | None = None) -> Tensor:
+    """First absolute position of each of the first `n_entries` windows (may be negative)."""
+    return torch.arange(n_entries, device=device) * cc.entry_stride - cc.pad
+
+
+def entry_rope_positions(cc: CompressionConfig, n_entries: int, device: torch.device | None = None) -> Tensor:
+    """Positions at which the key entries are rotated (`CompressionConfig.rope_position`)."""
+    shift = cc.stride if cc.layout == "deepseek-csa" else 0
+    return window_starts(cc, n_entries, device) + shift
+
+
 def window_positions(cc: CompressionConfig, seq_len: int, device: torch.device | None = None) -> Tensor:
     """Absolute positions covered by each complete window: [n_entries, W] (may hold negatives)."""
-    n = cc.n_entries(seq_len)
-    starts = torch.arange(n, device=device) * cc.stride - cc.pad
+    starts = window_starts(cc, cc.n_entries(seq_len), device)
     return starts[:, None] + torch.arange(cc.window, device=device)
 
 
@@ -53,12 +67,13 @@ class Compressor(nn.Module):
         out = n_kv_heads * d_head
         self.register_buffer("payload_index", map_index(cc, cc.payload), persistent=False)
         self.register_buffer("gate_index", map_index(cc, cc.gate_maps), persistent=False)
-        self.W_C = nn.Parameter(torch.empty(n_maps(cc, cc.payload), d_model, out))
+        k = cc.chunkings
+        self.W_C = nn.Parameter(torch.empty(k * n_maps(cc, cc.payload), d_model, out))
         gate_out = {"scalar": n_kv_heads, "vector": out}.get(cc.gate)
         if gate_out is not None:
-            self.W_Z = nn.Parameter(torch.empty(n_maps(cc, cc.gate_maps), d_model, gate_out))
+            self.W_Z = nn.Parameter(torch.empty(k * n_maps(cc, cc.gate_maps), d_model, gate_out))
             if cc.offset_bias:
-                self.b_Z = nn.Parameter(torch.zeros(cc.window, gate_out))
+                self.b_Z = nn.Parameter(torch.zeros(k * cc.window, gate_out))
         self.norm = RMSNorm(d_head, eps) if cc.entry_norm else None
         self.hook_gate_logits = HookPoint()
         self.hook_gate = HookPoint()
@@ -68,20 +83,43 @@ class Compressor(nn.Module):
         return (self.n_kv_heads, self.d_head) if self.cc.gate == "vector" else (self.n_kv_heads,)
 
     def forward(self, h: Tensor) -> Tensor:
-        batch, seq_len, _ = h.shape
-        pos = window_positions(self.cc, seq_len, h.device)
-        n, width = pos.shape
-        windows = h[:, pos.clamp(min=0)]  # [batch, entry, offset, d_model]
-        payload = torch.einsum("bnwd,wde->bnwe", windows, self.W_C[self.payload_index])
-        payload = payload.view(batch, n, width, self.n_kv_heads, self.d_head)
-        if self.cc.gate == "uniform":
-            logits = h.new_zeros(batch, n, width, *self.gate_shape())
+        pos = window_positions(self.cc, h.shape[1], h.device)
+        return self.fold(h[:, pos.clamp(min=0)], pos < 0)
+
+    def _maps(self, windows: Tensor, chunking: int) -> tuple[Tensor, Tensor | None]:
+        """Payload [b, n, W, kv_head * d] and gate logits (None for uniform gates) of one chunking."""
+        cc = self.cc
+        rows = self.payload_index + chunking * n_maps(cc, cc.payload)
+        payload = torch.einsum("bnwd,wde->bnwe", windows, self.W_C[rows])
+        if cc.gate == "uniform":
+            return payload, None
+        rows = self.gate_index + chunking * n_maps(cc, cc.gate_maps)
+        logits = torch.einsum("bnwd,wde->bnwe", windows, self.W_Z[rows])
+        if cc.offset_bias:
+            logits = logits + self.b_Z[chunking * cc.window:(chunking + 1) * cc.window]
+        return payload, logits
+
+    def fold(self, windows: Tensor, before_start: Tensor, first_entry: int = 0) -> Tensor:
+        """Entries [batch, n, kv_head, d_head] of windows [batch, n, W, d_model] that are entries
+        `first_entry ..` of the layer; `before_start` [n, W] marks slots before position 0."""
+        cc, k = self.cc, self.cc.chunkings
+        batch, n, width, _ = windows.shape
+        if k == 1:
+            payload, logits = self._maps(windows, 0)
         else:
-            logits = torch.einsum("bnwd,wde->bnwe", windows, self.W_Z[self.gate_index])
-            if self.cc.offset_bias:
-                logits = logits + self.b_Z
+            parts = [(c, self._maps(windows[:, c::k], (first_entry + c) % k)) for c in range(min(k, n))]
+            payload = windows.new_empty(batch, n, width, self.W_C.shape[-1])
+            logits = None if cc.gate == "uniform" else windows.new_empty(batch, n, width, self.W_Z.shape[-1])
+            for c, (p, g) in parts:
+                payload[:, c::k] = p
+                if logits is not None:
+                    logits[:, c::k] = g
+        payload = payload.view(batch, n, width, self.n_kv_heads, self.d_head)
+        if logits is None:
+            logits = windows.new_zeros(batch, n, width, *self.gate_shape())
+        else:
             logits = logits.view(batch, n, width, *self.gate_shape())
-        before_start = (pos < 0).view(1, n, width, *([1] * len(self.gate_shape())))
+        before_start = before_start.view(1, n, width, *([1] * len(self.gate_shape())))
         logits = self.hook_gate_logits(logits.masked_fill(before_start, float("-inf")))
         gate = self.hook_gate(logits.softmax(dim=2))
         if self.cc.gate != "vector":

@@ -32,8 +32,8 @@ def entry_ends(cc: CompressionConfig, seq_len: int, device=None) -> Tensor:
 def last_visible_end(cc: CompressionConfig, t: Tensor) -> Tensor:
     """End of the newest entry visible at each query position t, or -1 when none is."""
     first_end = cc.window - 1 - cc.pad
-    j = torch.div(t - first_end, cc.stride, rounding_mode="floor")
-    return torch.where(t >= first_end, j * cc.stride + first_end, torch.full_like(t, -1))
+    j = torch.div(t - first_end, cc.entry_stride, rounding_mode="floor")
+    return torch.where(t >= first_end, j * cc.entry_stride + first_end, torch.full_like(t, -1))
 
 
 def local_key_mask(cc: CompressionConfig, t: Tensor, pos: Tensor) -> Tensor:

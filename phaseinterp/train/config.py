@@ -10,6 +10,7 @@ from typing import Any
 from phaseinterp.config import check_known_fields
 
 from phaseinterp.train.data import Mixture, _bad, _int
+from phaseinterp.train.mitigation import Mitigation
 
 # Fields that do not change the trajectory (may differ when resuming).
 RESUMABLE_FIELDS = ("checkpoint_every", "keep_states", "log_every", "device")
@@ -48,6 +49,7 @@ class TrainConfig:
             every checkpoint are kept).
         log_every: append a metrics line every this many steps (and at the last step).
         device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
+        mitigation: training-time mitigations of phase sensitivity (`phaseinterp.train.mitigation`).
     """
 
     steps: int = 2000
@@ -64,6 +66,7 @@ class TrainConfig:
     keep_states: int = 1
     log_every: int = 10
     device: str = "auto"
+    mitigation: Mitigation = field(default_factory=Mitigation)
 
     def __post_init__(self) -> None:
         _int("steps", self.steps, 1)
@@ -87,6 +90,10 @@ class TrainConfig:
         _int("checkpoint_every", self.checkpoint_every, 1)
         _int("keep_states", self.keep_states, 1)
         _int("log_every", self.log_every, 1)
+        if isinstance(self.mitigation, dict):
+            object.__setattr__(self, "mitigation", Mitigation.from_dict(self.mitigation))
+        if not isinstance(self.mitigation, Mitigation):
+            raise _bad("mitigation", self.mitigation, "a Mitigation (or its dict)")
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise _bad("device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
 

@@ -36,6 +36,7 @@ from phaseinterp.config import ModelConfig
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.data import IGNORE, TrainBatch, make_batch
+from phaseinterp.train.mitigation import check_mitigation, draw_offsets, mitigated_forward
 from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_checkpoint_for_resume, save_checkpoint
 
 # window sums kept per step: weighted loss numerator, lookup CE, lookup count, language CE,
@@ -216,6 +217,11 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
     torch.manual_seed(tcfg.seed)
     model = HookedCompressedTransformer(model_cfg, seed=tcfg.seed).to(device)
     model.train()
+    mitigation = tcfg.mitigation
+    check_mitigation(model, mitigation)
+    if mitigation.random_offsets and ctx.world > 1:
+        raise ValueError("mitigation.random_offsets=True is not supported with data parallel training "
+                         f"(world size {ctx.world}): allowed with one process")
     opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
                             weight_decay=tcfg.weight_decay, foreach=device.type == "cuda")
     start, prior_elapsed, prior_cpu = 0, 0.0, 0.0
@@ -259,9 +265,13 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
         lr = tcfg.lr_at(step)
         for group in opt.param_groups:
             group["lr"] = lr
-        logits = wrapped(batch.tokens)
+        offsets = None
+        if mitigation.random_offsets:
+            offsets = draw_offsets(model_cfg.residue_modulus, tcfg.seed, step, tcfg.batch_size)
+        logits, reg = mitigated_forward(wrapped, model, batch.tokens, mitigation, offsets)
         wloss, sums = batch_sums(logits, batch)
-        loss = wloss / max(total_weight, 1e-12)
+        # each process adds 1/world of its penalty: DDP's gradient average then equals the mean penalty's
+        loss = wloss / max(total_weight, 1e-12) + reg / ctx.world
         (loss * ctx.world).backward()
         if tcfg.grad_clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip)

@@ -134,7 +134,8 @@ def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.
     if diff:
         raise ValueError(f"cannot resume from {str(path)!r}: model config field {diff[0]!r} is {diff[1]!r} in the checkpoint "
                          f"but {diff[2]!r} in this run")
-    diff = _first_difference(_canonical(extra["train_config"]), _canonical(tcfg.to_dict()), RESUMABLE_FIELDS)
+    saved = TrainConfig.from_dict(extra["train_config"]).to_dict()  # fields added since get their defaults
+    diff = _first_difference(_canonical(saved), _canonical(tcfg.to_dict()), RESUMABLE_FIELDS)
     if diff:
         raise ValueError(f"cannot resume from {str(path)!r}: train config field {diff[0]!r} is {diff[1]!r} in the checkpoint "
                          f"but {diff[2]!r} in this run (only {list(RESUMABLE_FIELDS)} may change on resume)")

@@ -1,0 +1,119 @@
+"""Outputs of the mitigation experiment: the table (CSV, JSON, Markdown), the figure (worst-phase
+accuracy against cache entries per token) and knockout maps of the best mitigation and the
+baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from phaseinterp.mitigate.variants import VARIANTS
+
+KNOCKOUT_THRESHOLD = 50.0
+
+
+def memory_figure(rows: pd.DataFrame, title: str = "worst-phase accuracy against KV memory") -> go.Figure:
+    """One marker per run (variant, seed) with the bootstrap interval of its worst residue."""
+    fig = go.Figure()
+    for name, part in rows.groupby("variant", sort=False):
+        jitter = (part.seed - part.seed.mean()) * 0.004
+        fig.add_trace(go.Scatter(
+            x=part.entries_per_token + jitter, y=100 * part.worst, mode="markers", name=name,
+            marker=dict(size=10), text=[f"seed {s}, gap {g:.0f} pp" for s, g in zip(part.seed, part.gap_pp)],
+            error_y=dict(type="data", symmetric=False, array=100 * (part.worst_hi - part.worst),
+                         arrayminus=100 * (part.worst - part.worst_lo))))
+    fig.update_layout(title=title, template="plotly_white", height=480,
+                      xaxis_title="cache entries per token and KV head (long-context limit, log)",
+                      yaxis_title="worst-phase accuracy (%)", xaxis_type="log")
+    return fig
+
+
+def knockout_comparison(rows: pd.DataFrame, best: str, *, n_per_residue: int, seed: int = 0
+                        ) -> dict[str, Any]:
+    """KV-head knockout maps (seed-0 run, or the first seed) of the baseline and `best`."""
+    from phaseinterp.checkpoint import load
+    from phaseinterp.interventions import knockout_map
+    from phaseinterp.mitigate.experiment import MODULUS
+    from phaseinterp.tasks import RecordLookup
+
+    out = {}
+    for name in ("baseline", best):
+        row = rows[rows.variant == name].sort_values("seed").iloc[0]
+        model = load(row.checkpoint).eval()
+        mix = VARIANTS[name].configs(int(row.seed))[1].mixture
+        task = RecordLookup(**{**mix.eval_task_kwargs(), "protocol": "prefix"})
+        batch = task.sample(n_per_residue, MODULUS, seed=seed)
+        calib = task.sample(n_per_residue, MODULUS, seed=seed, split="calibration")
+        smap = knockout_map(model, batch, calib, n_boot=200, seed=seed, label=f"{name}-seed{int(row.seed)}")
+        out[name] = smap
+    return out
+
+
+def knockout_summary(maps: dict[str, Any]) -> dict[str, Any]:
+    return {name: {"coverage": m.coverage(KNOCKOUT_THRESHOLD), "uncovered_residues": m.uncovered(KNOCKOUT_THRESHOLD),
+                   "label": m.meta.get("label")} for name, m in maps.items()}
+
+
+def markdown_table(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
+    lines = ["| variant | seeds | mean % | worst % | gap pp (seed range; bootstrap bounds) | p periodic (max) "
+             "| entries/token | gap reduction pp | per extra entry/token | train s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary.itertuples():
+        per = getattr(r, "reduction_per_extra_entry", np.nan)
+        red = getattr(r, "gap_reduction_pp", np.nan)
+        lines.append(
+            f"| {r.variant} | {r.seeds} | {100 * r.mean:.1f} | {100 * r.worst:.1f} | {r.gap_pp:.1f} "
+            f"({r.gap_min:.1f}-{r.gap_max:.1f}; {r.gap_lo:.1f}-{r.gap_hi:.1f}) | {r.p_periodic:.3g} "
+            f"| {r.entries_per_token:.3g} | {red:.1f} | {'-' if not np.isfinite(per) else f'{per:.1f}'} "
+            f"| {r.train_s:.0f} |")
+    lines += ["", "Per run:", "", "| run | mean % | worst % (95% bootstrap) | gap pp (95% bootstrap) | p periodic | source |",
+              "|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        lines.append(f"| {r.variant}-seed{r.seed} | {100 * r.mean:.1f} | {100 * r.worst:.1f} "
+                     f"({100 * r.worst_lo:.1f}-{100 * r.worst_hi:.1f}) | {r.gap_pp:.1f} ({r.gap_lo:.1f}-{r.gap_hi:.1f}) "
+                     f"| {r.p_periodic:.3g} | {r.source} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: str | Path, result: dict[str, Any], settings, maps: dict[str, Any] | None, *,
+                  png: bool = False) -> list[Path]:
+    from phaseinterp.measure.provenance import dumps, jsonable, versions
+    from phaseinterp.plot import save_html
+    from phaseinterp.plot_maps import map_figure
+
+    out = Path(out)
+    rows, summary = result["rows"], result["summary"]
+    written = [out / "mitigations.csv", out / "mitigations.json", out / "mitigations.md", out / "mitigations.html"]
+    rows.to_csv(written[0], index=False)
+    payload = {"settings": jsonable(settings.__dict__), "variants": {n: VARIANTS[n].description for n in rows.variant.unique()},
+               "summary": summary.to_dict(orient="records"), "rows": rows.to_dict(orient="records"),
+               "best": result["best"], "wall_s": result["wall_s"], "versions": versions()}
+    fig = memory_figure(rows)
+    figures = {"mitigations": fig}
+    if maps:
+        payload["knockout"] = knockout_summary(maps)
+        for name, smap in maps.items():
+            smap.save(out / "knockout" / f"{name}.json")
+            figures[f"knockout-{name}"] = map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout (%)")
+            written.append(save_html(figures[f"knockout-{name}"], out / "knockout" / f"{name}.html"))
+    written[1].write_text(dumps(payload))
+    written[2].write_text(markdown_table(summary, rows))
+    save_html(fig, written[3])
+    if png:
+        try:
+            for name, f in figures.items():
+                f.write_image(out / f"{name}.png")
+                written.append(out / f"{name}.png")
+        except Exception as err:  # kaleido or a browser missing: the HTML figures are complete
+            print(f"note: PNG export skipped ({type(err).__name__}: {err})")
+    json.loads(written[1].read_text())  # the JSON must parse (NaNs are written as null)
+    return written
+
+
+__all__ = ["KNOCKOUT_THRESHOLD", "knockout_comparison", "knockout_summary", "markdown_table", "memory_figure",
+           "write_outputs"]
