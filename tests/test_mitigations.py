@@ -233,3 +233,24 @@ def test_mitigate_command_writes_table_figure_and_maps(tmp_path, capsys):
         main(["mitigate", "--variants", "nope", "--out", str(out)])
     assert main(["mitigate", "--quick", "--seeds", "0", "0", "--out", str(out)]) == 2
     assert "seeds=(0, 0) is invalid: allowed distinct seeds" in capsys.readouterr().err
+
+
+def test_weak_phases_of_a_trained_model_move_with_its_chunk_grid():
+    """Shifting the grid back by o turns residue r + o's accuracy into residue r's: the weak phases
+    are tied to window boundaries, which is what random offsets during training randomize."""
+    import json
+    from pathlib import Path
+
+    import phaseinterp
+    from phaseinterp.measure import phase_sweep
+
+    ckpt = Path(__file__).resolve().parents[1] / "assets" / "checkpoints" / "w4s4.safetensors"
+    model = phaseinterp.load(ckpt).eval()
+    task = RecordLookup(**json.loads(ckpt.with_suffix(".json").read_text())["data"]["eval_task"])
+    batch = task.sample(16, 8, seed=0)
+    base = phase_sweep(model, batch, n_boot=10, n_perm=10, progress=False).accuracy
+    assert base.max() - base.min() > 0.8
+    for o in (1, 2, 3):
+        with shifted_grid(model, o):
+            acc = phase_sweep(model, batch, n_boot=10, n_perm=10, progress=False).accuracy
+        assert np.abs(acc - np.roll(base, -o)).max() < 0.15, o
