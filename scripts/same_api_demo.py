@@ -1,12 +1,16 @@
-"""One API, three models: a phase sweep, a KV-head knockout map and a completion-flip sweep on a
-tiny random HF DeepSeek-V4, a tiny random HF Qwen3 and our own checkpoint, with the same calls.
+"""One API, three models: a phase sweep, a KV-head knockout map, a head-output patching map and a
+completion-flip sweep on a tiny random HF DeepSeek-V4, a tiny random HF Qwen3 and our own
+checkpoint, with the same calls (`measure.phase_sweep`, `interventions.knockout_map`,
+`interventions.activation_patching` take our model, a backend or a raw HF model alike).
 
     python scripts/same_api_demo.py [--checkpoint PATH] [--out DIR] [--seq-len 128] [--n-per-residue 2]
 
 Without --checkpoint, "our checkpoint" is the hand-set planted model (KV head h owns phase 2h)
 written with `model.save` and read back with `phaseinterp.load`. The HF models have random
 weights, so their accuracy is about 0 and their knockout maps are undefined (nan): the point is
-that every call runs unchanged on every model. Everything is seeded; CPU only.
+that every call runs unchanged on every model. Our model runs through TransformerLens hooks and
+the incremental fast path, the HF models through nnsight (`backend_for`, picked inside the
+calls). Everything is seeded; CPU only.
 """
 
 from __future__ import annotations
@@ -26,11 +30,10 @@ import torch  # noqa: E402
 
 import phaseinterp  # noqa: E402
 from phaseinterp.backends import backend_for  # noqa: E402
-from phaseinterp.backends.knockout import knockout_map  # noqa: E402
 from phaseinterp.backends.tiny import tiny_deepseek_v4, tiny_qwen3, word_tokenizer  # noqa: E402
 from phaseinterp.backends.niah import deepseek_niah  # noqa: E402
 from phaseinterp.flip import FillerSpec, completion_flip, completion_flip_text  # noqa: E402
-from phaseinterp.interventions.planted import planted_model  # noqa: E402
+from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap, planted_model  # noqa: E402
 from phaseinterp.measure import phase_sweep  # noqa: E402
 from phaseinterp.tasks import RecordLookup  # noqa: E402
 
@@ -67,27 +70,38 @@ def main() -> None:
             ("ours (checkpoint)", ours, None, lookup)]
     for name, model, stride, task in runs:
         t0 = time.perf_counter()
-        backend = backend_for(model, stride=stride)  # <- the only model-specific line
         batch = task.sample(args.n_per_residue, MODULUS, seed=0)
         calib = task.sample(args.n_per_residue, MODULUS, seed=0, split="calibration")
-        curve = phase_sweep(backend, batch, stride=STRIDE, progress=False, n_boot=200, n_perm=200, label=name)
+        # the same three calls on every model: ours, or a raw HF model (wrapped with backend_for inside)
+        curve = phase_sweep(model, batch, stride=STRIDE, progress=False, n_boot=200, n_perm=200, label=name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "knockout changed no output" on random models, nan maps
-            kmap = knockout_map(backend, batch, calib, level="kv_head", n_boot=200, label=name)
+            kmap = knockout_map(model, batch, calib, level="kv_head", n_boot=200, label=name)
+            pmap = activation_patching(model, mapping_swap(batch), unit="z", level="kv_head")
         slug = name.split()[0]
         curve.to_json(out / f"{slug}-curve.json")
         kmap.save(out / f"{slug}-knockout.json")
+        pmap.save(out / f"{slug}-patching.json")
+        backend = backend_for(model, stride=stride)  # only for its shape card (cfg) below
         c = backend.cfg
-        print(f"\n== {name}: {c.model_class}, backend {type(backend).__name__}, {c.n_layers} layers, "
+        via = f"{type(backend).__name__} (nnsight)" if kmap.meta["intervention"]["engine"] == "nnsight" else \
+            "TransformerLens hooks"
+        print(f"\n== {name}: {c.model_class} via {via}, {c.n_layers} layers, "
               f"{c.n_heads} heads / {c.n_kv_heads} KV heads, strides {c.strides}, "
               f"gates {[u.name for u in backend.units('gate')]}")
         print(f"   task: {batch.meta['task']} x{len(batch)} rows, seq_len {batch.tokens.shape[1]}, "
               f"key_len {batch.key_len}, value_len {batch.value_len}, query at {batch.query_pos.unique().tolist()}")
         print(f"   phase sweep accuracy (%) by residue mod {MODULUS}: {fmt(100 * curve.accuracy)}")
-        print(f"   knockout map {dict(zip(kmap.dims, kmap.values.shape))}:")
+        print(f"   knockout map {dict(zip(kmap.dims, kmap.values.shape))} "
+              f"({kmap.meta['intervention']['engine']}, {kmap.meta['intervention']['method']}):")
         for li, layer in enumerate(kmap.coords["layer"]):
             for ki, kv in enumerate(kmap.coords["kv_head"]):
                 print(f"     L{layer}.kv{kv} rel. change (%): {fmt(kmap.values[li, ki])}")
+        print(f"   patching map, mapping swap, z at the final position "
+              f"({pmap.meta['intervention']['engine']}, {pmap.meta['intervention']['method']}):")
+        for li, layer in enumerate(pmap.coords["layer"]):
+            for ki, kv in enumerate(pmap.coords["kv_head"]):
+                print(f"     L{layer}.kv{kv} restored:        {fmt(pmap.values[li, ki])}")
         print(f"   ({time.perf_counter() - t0:.1f} s)")
     # completion flip on the tiny DeepSeek-V4 (text) and on our checkpoint (tokens)
     ds = backend_for(runs[0][1])

@@ -1,19 +1,18 @@
 """Backend layer on our own model: units, nnsight edits equal TransformerLens hooks, batched invokes,
-edits undone (also on error), gates and entries, the knockout map and the TL-named compatibility."""
+edits undone (also on error), gates and entries, the TL-named compatibility, and the one
+intervention API: the same knockout and patching maps through TransformerLens hooks and nnsight."""
 
 import numpy as np
 import pytest
 import torch
 
 from phaseinterp.backends import (HookedBackend, Read, Replace, SetEntries, SetGate, Unit, backend_for)
-from phaseinterp.backends.knockout import knockout_logits, knockout_map
-from phaseinterp.backends.sweep import phase_sweep as final_phase_sweep
+from phaseinterp.backends import knockout as old_knockout
+from phaseinterp.backends import sweep as old_sweep
+from phaseinterp.interventions import (HeadUnit, activation_patching, calibrate, head_units, knockout_logits,
+                                       knockout_map, mapping_swap, phase_swap, planted_model)
 from phaseinterp.interventions.knockout import knockout_edit
-from phaseinterp.interventions.knockout import knockout_logits as tl_knockout_logits
-from phaseinterp.interventions.knockout import knockout_map as tl_knockout_map
-from phaseinterp.interventions.planted import planted_model
 from phaseinterp.interventions.runner import run_units
-from phaseinterp.interventions.units import head_units
 from phaseinterp.measure import phase_sweep
 from phaseinterp.tasks import RecordLookup
 from tests.helpers import COMPRESSED_VARIANTS, noisy_model, tiny_cfg
@@ -221,17 +220,102 @@ def test_knockout_map_and_phase_sweep_through_the_backend():
     task = RecordLookup(vocab_size=64, n_records=8, n_demos=2)
     batch, calib = task.sample(6, 4, seed=1), task.sample(6, 4, seed=1, split="calibration")
     b = HookedBackend(model)
-    curve = phase_sweep(b, batch, progress=False, n_boot=50, n_perm=50)
+    curve = phase_sweep(b, batch, progress=False, n_boot=50, n_perm=50)  # query positions only
     assert curve.accuracy.tolist() == [1.0, 0.0, 1.0, 0.0] and curve.stride == 4
-    final = final_phase_sweep(b, batch, progress=False, n_boot=50, n_perm=50)
-    assert np.array_equal(final.correct, curve.correct) and final.stride == 4
-    assert final.config["model"]["kind"] == "hooked" and curve.config["model"]["n_kv_heads"] == 2
+    assert curve.config["logits"]["positions"] == "query positions only"
+    direct = phase_sweep(model, batch, progress=False, n_boot=50, n_perm=50)  # full forwards
+    assert np.array_equal(direct.correct, curve.correct) and "logits" not in direct.config
+    assert curve.config["model"]["kind"] == "hooked" and direct.config["model"]["n_kv_heads"] == 2
+    assert old_sweep.phase_sweep is phase_sweep and old_knockout.knockout_map is knockout_map  # old import paths
+    # one call, three ways: nnsight (backend), TransformerLens hooks, the incremental fast path
     m = knockout_map(b, batch, calib, n_boot=50)
-    expected = tl_knockout_map(model, batch, calib, n_boot=50, method="hooks")
-    np.testing.assert_array_equal(m.values, expected.values)
-    np.testing.assert_array_equal(m.lo, expected.lo)
+    hooks = knockout_map(model, batch, calib, n_boot=50, method="hooks")
+    fast = knockout_map(model, batch, calib, n_boot=50)
+    assert (m.meta["intervention"]["engine"], hooks.meta["intervention"]["engine"]) == ("nnsight", "transformer_lens")
+    assert (m.meta["intervention"]["method"], fast.meta["intervention"]["method"]) == ("hooks", "incremental")
+    for other in (hooks, fast):
+        np.testing.assert_array_equal(m.values, other.values)
+        np.testing.assert_array_equal(m.lo, other.lo)
+        np.testing.assert_array_equal(m.hi, other.hi)
+        assert m.clean == other.clean
     assert m.values[0, 0, 0] == -100 and m.values[0, 0, 2] == 0 and m.values[0, 1, 2] == -100
     units = head_units(model.cfg, "head")
-    clean, ko = knockout_logits(b, batch, units, calib, replacement="zero")
-    ref_clean, ref_ko, _ = tl_knockout_logits(model, batch, units, calib, replacement="zero", method="hooks")
-    assert torch.equal(clean, ref_clean) and torch.equal(ko, ref_ko)
+    for replacement in ("zero", "mean", "resample"):
+        clean, ko, used = knockout_logits(b, batch, units, calib, replacement=replacement, per_residue=True)
+        ref_clean, ref_ko, _ = knockout_logits(model, batch, units, calib, replacement=replacement, per_residue=True,
+                                               method="hooks")
+        assert used == "hooks" and torch.equal(clean, ref_clean) and torch.equal(ko, ref_ko)
+    assert torch.equal(calibrate(b, calib, "all").z, calibrate(model, calib, "all").z)
+
+
+@pytest.mark.parametrize("kind", ["mapping_swap", "phase_swap"])
+def test_patching_map_identical_through_transformer_lens_hooks_and_nnsight(model, kind):
+    task = RecordLookup(vocab_size=97, n_records=8, n_demos=2)
+    batch = task.sample(2, 4, seed=0)
+    pair = mapping_swap(batch) if kind == "mapping_swap" else phase_swap(batch, 1)
+    b = backend_for(model)
+    for level in ("kv_head", "head", "layer"):
+        via_nnsight = activation_patching(b, pair, unit="z", level=level, rel_min=0)
+        via_hooks = activation_patching(model, pair, unit="z", level=level, rel_min=0, method="hooks")
+        fast = activation_patching(model, pair, unit="z", level=level, rel_min=0)
+        assert via_nnsight.meta["intervention"]["engine"] == "nnsight"
+        assert fast.meta["intervention"]["method"] == "incremental"
+        assert via_nnsight.dims == via_hooks.dims and via_nnsight.coords == via_hooks.coords
+        assert np.isfinite(via_hooks.values).all() and np.abs(via_hooks.values).max() > 0.05
+        np.testing.assert_array_equal(via_nnsight.values, via_hooks.values)
+        np.testing.assert_allclose(via_nnsight.values, fast.values, atol=1e-4, rtol=1e-4)
+        for key in ("clean", "corrupt"):
+            np.testing.assert_array_equal(via_nnsight.meta["logit_diff"][key], via_hooks.meta["logit_diff"][key])
+    for unit, kw in [("z", {"positions": "all", "level": "kv_head"}), ("entries", {}), ("gates", {})]:
+        a = activation_patching(b, pair, unit=unit, rel_min=0, **kw)
+        e = activation_patching(model, pair, unit=unit, rel_min=0, **kw)
+        assert a.coords == e.coords
+        np.testing.assert_array_equal(a.values, e.values)
+    assert no_torch_hooks(model) and not any(hp.has_hooks() for hp in model.hook_dict.values())
+
+
+def test_bad_input_to_the_one_api_names_the_value_and_the_range(model):
+    b = backend_for(model)
+    task = RecordLookup(vocab_size=97, n_records=8, n_demos=2)
+    batch, calib = task.sample(1, 4, seed=0), task.sample(1, 4, seed=0, split="calibration")
+    pair = mapping_swap(batch)
+    T = batch.tokens.shape[1]
+    with pytest.raises(ValueError, match=r"model of type str is invalid: allowed a HookedCompressedTransformer"):
+        knockout_map("w4s4", batch, calib)
+    with pytest.raises(ValueError, match=r"method='incremental' needs positions='final' and our "
+                                         r"HookedCompressedTransformer .* on HookedBackend"):
+        knockout_map(b, batch, calib, method="incremental")
+    with pytest.raises(ValueError, match=r"layer=3 is invalid: allowed 0\.\.2"):
+        knockout_map(b, batch, calib, layers=[3])
+    with pytest.raises(ValueError, match=rf"position 999 is invalid: allowed 0\.\.{T - 1}"):
+        knockout_map(b, batch, calib, positions=[999])
+    with pytest.raises(ValueError, match=r"unit 0\.0: heads=\[4\] are invalid: allowed 1 or more of 0\.\.3"):
+        knockout_logits(b, batch, [HeadUnit(0, 0, (4,), "head")], calib)
+    with pytest.raises(ValueError, match=r"unit='resid' is invalid on HookedBackend\(HookedCompressedTransformer\)"):
+        activation_patching(b, pair, unit="resid")
+    with pytest.raises(ValueError, match=r"method='incremental' applies to .* on HookedBackend"):
+        activation_patching(b, pair, method="incremental")
+    with pytest.raises(ValueError, match=r"level='neuron' is invalid: allowed"):
+        activation_patching(b, pair, level="neuron")
+    with pytest.raises(ValueError, match=r"max_rows=0 out of range"):
+        activation_patching(b, pair, max_rows=0)
+    small = calibrate(noisy_model(tiny_cfg(["full"])), calib)  # one layer
+    with pytest.raises(ValueError, match=r"calibration z of shape .* allowed layers, heads, d_head = \(3, 4, 8\)"):
+        knockout_map(b, batch, small)
+
+
+def test_relative_change_broadcasts_under_runtime_type_checks():
+    from jaxtyping import jaxtyped
+    from beartype import beartype as bt
+
+    from phaseinterp.interventions.stats import relative_change
+
+    checked = jaxtyped(typechecker=bt)(relative_change)
+    clean, edited = np.array([0.5, 0.0, 1.0]), np.array([[0.25, 0.5, 1.0], [0.5, 0.0, 0.0]])
+    for c in (clean, clean[None]):
+        out = checked(c, edited)
+        assert out.shape == (2, 3)
+        np.testing.assert_array_equal(out, [[-50.0, np.nan, 0.0], [0.0, np.nan, -100.0]])
+    assert checked(np.float64(0.5), 0.25) == -50.0 and checked(0.5, edited).shape == (2, 3)
+    with pytest.raises(Exception, match="clean"):
+        checked(np.array([1, 0]), np.array([1.0, 2.0]))  # integers are not accuracies

@@ -1,5 +1,9 @@
-"""Backends on tiny random HuggingFace models: DeepSeek-V4 (CSA and HCA compressors) and Qwen3."""
+"""Backends on tiny random HuggingFace models: DeepSeek-V4 (CSA and HCA compressors) and Qwen3;
+knockout maps, patching maps and phase sweeps on them through the same calls as on our model."""
 
+import warnings
+
+import numpy as np
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -8,8 +12,11 @@ from phaseinterp.backends import (DeepseekV4Backend, HFCausalLMBackend, HookedBa
                                   Unit, backend_for, load_pretrained)
 from phaseinterp.backends.tiny import tiny_deepseek_v4
 from phaseinterp.convert import compression_config_from_hf, from_hf_qwen3, load_hf_compressor
+from phaseinterp.interventions import activation_patching, head_units, knockout_logits, knockout_map, mapping_swap, phase_swap
+from phaseinterp.measure import phase_sweep
 from phaseinterp.model.compressor import Compressor
 from phaseinterp.model.layers import apply_rope, rope_angles
+from phaseinterp.tasks import RecordLookup
 
 
 def no_torch_hooks(module: torch.nn.Module) -> bool:
@@ -180,3 +187,93 @@ def test_load_pretrained_path_offline(qwen3, tmp_path):
     tokens = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(5))
     assert isinstance(b, HFCausalLMBackend) and b.cfg.strides == (4,)
     torch.testing.assert_close(b(tokens), HFCausalLMBackend(qwen3)(tokens), atol=1e-5, rtol=1e-5)
+
+
+def _manual_patch(backend, pair, unit, layer):
+    """Normalized logit difference restored per residue when `unit` gets its clean z at the query
+    position, computed with `Replace` edits (not the TL-named path `activation_patching` uses)."""
+    clean, corrupt = pair.clean, pair.corrupt
+    heads = backend.heads_of(unit)
+    z = backend.head_outputs(clean.tokens, positions=clean.query_pos, layers=[layer])[:, 0][:, :, heads]
+    lc = backend.final_logits(clean.tokens, clean.query_pos)
+    lk = backend.final_logits(corrupt.tokens, corrupt.query_pos)
+    with backend.intervene(Replace(unit, value=z, positions=corrupt.query_pos)):
+        lp = backend.final_logits(corrupt.tokens, corrupt.query_pos)
+    rows = torch.arange(len(pair))
+    ld = [(x[rows, clean.answer] - x[rows, pair.foil]).numpy() for x in (lc, lk, lp)]
+    res = clean.residue.numpy()
+    return np.array([(ld[2][res == r] - ld[1][res == r]).sum() / (ld[0][res == r] - ld[1][res == r]).sum()
+                     for r in range(clean.modulus)])
+
+
+@pytest.mark.parametrize("which", ["deepseek", "qwen3"])
+def test_knockout_and_patching_run_on_hf_models_through_the_same_call(which, deepseek, qwen3):
+    model = deepseek[1] if which == "deepseek" else qwen3
+    backend = backend_for(model)
+    V = model.config.vocab_size
+    task = RecordLookup(vocab_size=V, n_records=6, n_demos=1)
+    batch, calib = task.sample(1, 4, seed=0), task.sample(1, 4, seed=0, split="calibration")
+    n_layers, n_kv = backend.cfg.n_layers, backend.cfg.n_kv_heads
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # random weights: accuracy 0, nan relative changes
+        kmap = knockout_map(model, batch, calib, n_boot=20)  # the raw HF model, wrapped by backend_for
+        lmap = knockout_map(backend, batch, calib, level="layer", n_boot=20)
+    assert kmap.dims == ("layer", "kv_head", "residue") and kmap.shape == (n_layers, n_kv, 4)
+    assert lmap.dims == ("layer", "heads", "residue") and lmap.coords["layer"] == list(range(n_layers))
+    assert kmap.meta["intervention"]["engine"] == "nnsight" and kmap.meta["model"]["kind"] == backend.cfg.kind
+    # the knocked-out logits are those of Replace(calibration mean) at the query positions
+    units = head_units(backend.cfg, "kv_head")
+    clean, ko, used = knockout_logits(model, batch, units, calib)
+    mean_z = backend.head_outputs(calib.tokens, positions=calib.query_pos).mean(0)  # [layer, 1, head, d]
+    assert used == "hooks" and ko.shape == (len(units), len(batch), V)
+    for i in (0, len(units) - 1):
+        u = units[i]
+        edit = Replace(Unit("kv_head", u.layer, u.index), value=mean_z[u.layer][:, list(u.heads)],
+                       positions=batch.query_pos)
+        with backend.intervene(edit):
+            ref = backend.final_logits(batch.tokens, batch.query_pos)
+        assert (ref - clean).abs().max() > 1e-3
+        torch.testing.assert_close(ko[i], ref, atol=1e-4, rtol=1e-4)
+    # patching: head outputs at the final position, every level, both pairings
+    pair = mapping_swap(batch)
+    pmap = activation_patching(model, pair, unit="z", level="kv_head", rel_min=0)
+    assert pmap.dims == ("layer", "kv_head", "residue") and pmap.meta["intervention"]["engine"] == "nnsight"
+    assert np.isfinite(pmap.values).all() and np.abs(pmap.values).max() > 0.05
+    for layer in (0, n_layers - 1):
+        np.testing.assert_allclose(pmap.values[layer, 0], _manual_patch(backend, pair, Unit("kv_head", layer, 0), layer),
+                                   atol=1e-3, rtol=1e-3)
+    for level in ("head", "layer"):
+        m = activation_patching(backend, phase_swap(batch, 1), unit="z", level=level, rel_min=0)
+        assert m.shape == (n_layers, backend.cfg.n_heads if level == "head" else 1, 4)
+    if which == "deepseek":  # compressed layers: gate and entry patching too
+        g = activation_patching(backend, pair, unit="gates", rel_min=0)
+        assert g.dims == ("layer", "branch", "kv_head", "residue") and g.coords["layer"] == [1, 2, 3]
+        assert g.coords["branch"] == ["kv"] and np.isfinite(g.values).any()
+    curve = phase_sweep(model, batch, stride=4, progress=False, n_boot=20, n_perm=20)
+    full = model(batch.tokens, use_cache=False).logits[torch.arange(len(batch)), batch.query_pos]
+    assert np.array_equal(curve.correct, (full.argmax(-1)[:, None] == batch.answers).any(1).numpy())
+    assert curve.config["model"]["kind"] == backend.cfg.kind and curve.stride == 4
+    assert no_torch_hooks(model)
+
+
+def test_bad_input_on_hf_models_names_the_value_and_the_range(qwen3):
+    task = RecordLookup(vocab_size=128, n_records=6, n_demos=1)
+    batch, calib = task.sample(1, 4, seed=0), task.sample(1, 4, seed=0, split="calibration")
+    pair = mapping_swap(batch)
+    with pytest.raises(ValueError, match=r"layer=2 is invalid: allowed 0\.\.1"):
+        knockout_map(qwen3, batch, calib, layers=[2])
+    with pytest.raises(ValueError, match=r"method='incremental' needs .* on HFCausalLMBackend\(Qwen3ForCausalLM\)"):
+        knockout_map(qwen3, batch, calib, method="incremental")
+    with pytest.raises(ValueError, match=r"unit='resid' is invalid on HFCausalLMBackend\(Qwen3ForCausalLM\) .* "
+                                         r"allowed \['z', 'entries', 'gates'\]"):
+        activation_patching(qwen3, pair, unit="resid")
+    with pytest.raises(ValueError, match=r"unit='gates' needs compressed layers; layers \[0, 1\] have none"):
+        activation_patching(qwen3, pair, unit="gates")
+    with pytest.raises(ValueError, match=r"level='query' is invalid: allowed"):
+        activation_patching(qwen3, pair, level="query")
+    wide = RecordLookup(vocab_size=1000, n_records=6, n_demos=1).sample(1, 4, seed=0, split="calibration")
+    with pytest.raises(ValueError, match=r"token id \d+ is out of range: allowed 0\.\.127"):
+        knockout_map(qwen3, batch, wide)
+    with pytest.raises(ValueError, match=r"model of type dict is invalid: allowed a HookedCompressedTransformer"):
+        activation_patching({"weights": 0}, pair)
+    assert no_torch_hooks(qwen3)

@@ -87,13 +87,19 @@ class TLCompat:
         per = max(1, max_rows // max(tokens.shape[0], 1))
         return self.run_batched(tokens, variants, positions=query_pos, variants_per_forward=per)
 
-    def capture(self: Backend, tokens: Int[Tensor, "batch pos"], names: Sequence[str]) -> dict[str, Tensor]:
-        """Activations at the given hook names from one forward (as `interventions.runner.capture`)."""
+    def capture(self: Backend, tokens: Int[Tensor, "batch pos"], names: Sequence[str],
+                sites: Int[Tensor, "batch site"] | None = None) -> dict[str, Tensor]:
+        """Activations at the given hook names from one forward (as `interventions.runner.capture`);
+        `sites` [batch, n_sites] keeps only those positions of head and layer sites (only they are
+        copied out of the trace)."""
         from phaseinterp.backends.base import Read
 
         reads = {}
         for name in names:
             site, layer, branch, squeeze = self.resolve_hook(name)
-            reads[name] = (Read(site, layer, branch), squeeze)
+            if sites is not None and site not in ("head", "layer"):
+                raise ValueError(f"sites are invalid for hook {name!r} (it has no position axis): allowed only for "
+                                 "blocks.{l}.attn.hook_z and blocks.{l}.hook_attn_out")
+            reads[name] = (Read(site, layer, branch, sites), squeeze)
         _, values = self.run(tokens, reads=[r for r, _ in reads.values()])
         return {name: values[r][..., 0] if squeeze else values[r] for name, (r, squeeze) in reads.items()}

@@ -10,7 +10,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from phaseinterp.interventions.runner import _Stop, hooked, model_device
+from phaseinterp.interventions.runner import capture, model_device, n_layers, runnable
 from phaseinterp.tasks import PhaseBatch
 
 REPLACEMENTS = ("mean", "zero", "resample")
@@ -113,37 +113,48 @@ class Calibration:
         return torch.from_numpy(out)
 
 
-def calibrate(model, batch: PhaseBatch, positions: Positions = "final") -> Calibration:
+def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_rows: int | None = None
+              ) -> Calibration:
     """Record every layer's head outputs `z` on a calibration batch at the knockout sites.
 
     Sites: "final" = each calibration row's query position (`batch.query_pos`, the last
-    prompt token in RecordLookup), "all", or absolute positions. The forward stops after the
-    last layer's `hook_z`. Use a batch disjoint from the evaluated one (`split="calibration"`).
+    prompt token in RecordLookup), "all", or absolute positions. Only the sites are kept; our
+    model's forward stops after the last layer's `hook_z`. Use a batch disjoint from the
+    evaluated one (`split="calibration"`).
+
+    Args:
+        model: our model, a backend, or a raw HF model (see `measure.sweep.resolve_model`).
+        batch, positions: the calibration prompts and the sites.
+        max_rows: rows per forward (default: all rows in one forward).
 
     Example:
         >>> from phaseinterp.tasks import RecordLookup
         >>> calib = calibrate(model, RecordLookup(vocab_size=512).sample(8, 4, split="calibration"))  # doctest: +SKIP
         >>> calib.mean().shape  # [layer, site, head, d_head]  # doctest: +SKIP
     """
+    model = runnable(model)
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
     T = batch.tokens.shape[1]
     pos = check_positions(positions, T)
     dev = model_device(model)
     sites = site_positions(pos, batch.query_pos.to(dev), T)
-    rows = torch.arange(len(batch), device=dev)[:, None]
-    n_layers = len(model.blocks)
-    z: list[Tensor | None] = [None] * n_layers
-
-    def grab(layer: int):
-        def hook(x: Tensor, hook) -> None:
-            z[layer] = x[rows, sites].detach()
-            if layer == n_layers - 1:
-                raise _Stop
-        return hook
-
-    with torch.no_grad(), hooked(model, [(f"blocks.{l}.attn.hook_z", grab(l)) for l in range(n_layers)]):
-        try:
-            model(batch.tokens.to(dev))
-        except _Stop:
-            pass
+    names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers(model))]
+    step = len(batch) if max_rows is None else max_rows
+    chunks = []
+    for start in range(0, len(batch), max(step, 1)):
+        rows = slice(start, start + step)
+        acts = capture(model, batch.tokens[rows], names, sites[rows])
+        chunks.append(torch.stack([acts[n] for n in names], 1))
     meta = {k: batch.meta[k] for k in ("task", "split", "seed", "config", "protocol") if k in batch.meta}
-    return Calibration(torch.stack(z, 1), batch.residue.to(dev), batch.modulus, pos, {**meta, "rows": len(batch)})
+    return Calibration(torch.cat(chunks), batch.residue.to(dev), batch.modulus, pos, {**meta, "rows": len(batch)})
+
+
+def check_calibration(calib: Calibration, model) -> None:
+    """ValueError unless `calib` has the model's layers, heads and head size."""
+    cfg = model.cfg
+    want = (int(cfg.n_layers), int(cfg.n_heads), int(cfg.d_head))
+    got = (calib.z.shape[1], calib.z.shape[3], calib.z.shape[4])
+    if got != want:
+        raise ValueError(f"calibration z of shape {tuple(calib.z.shape)} (layers, heads, d_head = {got}) is invalid "
+                         f"for this model: allowed layers, heads, d_head = {want}")

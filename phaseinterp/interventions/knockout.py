@@ -1,6 +1,11 @@
 """Knockout: replace the outputs of a set of query heads (those reading one KV head, one head,
 or a whole layer) by a calibration mean, zero or a resampled activation, and map the relative
-accuracy change over (layer, unit, residue)."""
+accuracy change over (layer, unit, residue).
+
+One implementation for every model: our `HookedCompressedTransformer` (TransformerLens hooks, or
+the incremental final-position path), any backend (nnsight; `phaseinterp.backends`) and raw
+HuggingFace models (wrapped with `backend_for`). The runner (`interventions.runner`) is where
+they differ."""
 
 from __future__ import annotations
 
@@ -12,11 +17,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.analysis.specialization import SpecializationMap
-from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate, check_positions,
-                                                   site_positions)
+from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate, check_calibration,
+                                                   check_positions, site_positions)
 from phaseinterp.interventions.incremental import FinalPositionRun
-from phaseinterp.interventions.runner import (UnitEdit, final_logits, has_hooks, model_device, run_units,
-                                              unchanged_units, warn_unchanged)
+from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
+                                              model_device, run_units, runnable, unchanged_units, warn_unchanged)
 from phaseinterp.interventions.stats import by_residue, paired_bootstrap_relative, relative_change
 from phaseinterp.interventions.units import HeadUnit, check_level, head_units, level_size
 from phaseinterp.measure import PhaseCurve, model_stride
@@ -24,6 +29,17 @@ from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.tasks import PhaseBatch
 
 METHODS = ("auto", "incremental", "hooks")
+
+
+def unit_axis(level: str) -> str:
+    """Name of the unit axis of a map at `level`: "kv_head", "head", or "heads" (one label, "all")
+    for whole layers, so that it never collides with the "layer" axis."""
+    return "heads" if check_level(level) == "layer" else level
+
+
+def unit_coords(cfg, level: str) -> list:
+    """Labels of the unit axis: KV heads, query heads, or ["all"] for whole layers."""
+    return list(range(level_size(cfg, level))) if level != "layer" else ["all"]
 
 
 def knockout_edit(unit: HeadUnit, values: Float[Tensor, "batch site head d_head"],
@@ -51,18 +67,32 @@ def knockout_hooks(unit: HeadUnit, values: Float[Tensor, "batch site head d_head
     return [(name, lambda x, hook, f=f: f(x)) for name, f in knockout_edit(unit, values, sites).items()]
 
 
-def _calibration(model, calibration, positions, replacement: str) -> Calibration | None:
+def _calibration(model, calibration, positions, replacement: str, max_rows: int | None = None) -> Calibration | None:
     if isinstance(calibration, Calibration):
         if calibration.positions != positions:
             raise ValueError(f"calibration was taken at positions={calibration.positions!r}, knockout asks for {positions!r}")
+        check_calibration(calibration, model)
         return calibration
     if isinstance(calibration, PhaseBatch):
-        return calibrate(model, calibration, positions)
+        return calibrate(model, calibration, positions, max_rows=max_rows)
     if calibration is None:
         if replacement != "zero":
             raise ValueError(f"replacement={replacement!r} needs a calibration batch (or use replacement='zero')")
         return None
     raise ValueError(f"calibration must be a PhaseBatch, a Calibration or None, got {type(calibration).__name__}")
+
+
+def check_units(model, units: Sequence[HeadUnit]) -> None:
+    """ValueError naming the first unit whose layer or heads the model lacks."""
+    L, H = int(model.cfg.n_layers), int(model.cfg.n_heads)
+    for u in units:
+        if not isinstance(u, HeadUnit):
+            raise ValueError(f"unit {u!r} is invalid: allowed HeadUnit (see interventions.head_units)")
+        if not 0 <= u.layer < L:
+            raise ValueError(f"unit {u.label}: layer={u.layer} is invalid: allowed 0..{L - 1}")
+        bad = [h for h in u.heads if not 0 <= h < H]
+        if bad or not u.heads:
+            raise ValueError(f"unit {u.label}: heads={list(u.heads)} are invalid: allowed 1 or more of 0..{H - 1}")
 
 
 def _warn_overlap(batch: PhaseBatch, calibration) -> None:
@@ -81,25 +111,34 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[HeadUnit], calibra
                     ) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"], str]:
     """Clean logits and logits after each unit's knockout, at every row's query position.
 
+    Args:
+        model: our model, a backend or a raw HF model (see `knockout_map`).
+
     Returns:
         (clean [batch, vocab], knocked out [unit, batch, vocab], method used). Method
-        "incremental" recomputes only the final position (positions="final", model without
-        hooks); "hooks" runs full forwards, `max_rows` rows each; "auto" picks incremental when
-        it applies.
+        "incremental" recomputes only the final position (positions="final", our model without
+        hooks); "hooks" runs full forwards with the units stacked into the batch, `max_rows`
+        rows each (TransformerLens hooks on our model, nnsight invokes on a backend); "auto"
+        picks incremental when it applies.
     """
+    model = runnable(model)
     if replacement not in REPLACEMENTS:
         raise ValueError(f"replacement={replacement!r} is invalid: allowed one of {list(REPLACEMENTS)}")
     if method not in METHODS:
         raise ValueError(f"method={method!r} is invalid: allowed one of {list(METHODS)}")
+    if max_rows < 1:
+        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
     if not units:
         raise ValueError("no units to knock out")
+    check_units(model, units)
     T = batch.tokens.shape[1]
     pos = check_positions(positions, T)
-    can_fast = pos == "final" and not has_hooks(model)
+    can_fast = pos == "final" and incremental_ok(model)
     if method == "incremental" and not can_fast:
-        raise ValueError("method='incremental' needs positions='final' and a model without hooks attached")
+        raise ValueError(f"method='incremental' needs positions='final' and our HookedCompressedTransformer without "
+                         f"hooks attached; got positions={positions!r} on {describe(model)} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
-    calib = _calibration(model, calibration, pos, replacement)
+    calib = _calibration(model, calibration, pos, replacement, max_rows)
     if calib is not None and per_residue and calib.modulus != batch.modulus:
         raise ValueError(f"calibration modulus {calib.modulus} is invalid for per-residue replacement: "
                          f"allowed the batch's modulus {batch.modulus}")
@@ -140,7 +179,10 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     calibration rows' final positions (the paper's protocol).
 
     Args:
-        model: a HookedCompressedTransformer.
+        model: our HookedCompressedTransformer (TransformerLens hooks; the incremental fast
+            path when it applies), a backend (`phaseinterp.backends`: `HookedBackend`,
+            `DeepseekV4Backend`, `HFCausalLMBackend`; edits through nnsight), or a raw
+            HuggingFace causal LM (wrapped with `backend_for`). Same protocol, same statistics.
         batch: evaluated prompts (PhaseBatch).
         calibration: disjoint calibration prompts (or a `Calibration`); not needed for "zero".
         level: "kv_head" (default), "head" or "layer".
@@ -148,7 +190,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         per_residue: mean / resample within the row's residue.
         positions: "final" (default), "all" or absolute positions.
         layers: layers to scan (default all).
-        method: "auto", "incremental" (final position only, reuses the clean run) or "hooks".
+        method: "auto", "incremental" (final position only, reuses the clean run; our model
+            only) or "hooks" (full forwards; on a backend always).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also
             drives resampling.
@@ -156,8 +199,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         label: name stored in the metadata.
 
     Returns:
-        SpecializationMap with dims (layer, level, residue), values in %, nan where clean
-        accuracy is 0, `lo`/`hi` bootstrap bounds, extras `acc_knockout` and the clean curve.
+        SpecializationMap with dims (layer, level, residue) (level "layer": axis "heads" =
+        ["all"]), values in %, nan where clean accuracy is 0, `lo`/`hi` bootstrap bounds,
+        extras `acc_knockout` and the clean curve.
 
     Warns:
         UserWarning naming the units whose knockout changed no logit.
@@ -168,6 +212,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         >>> m = knockout_map(model, task.sample(32, 8), task.sample(32, 8, split="calibration"))  # doctest: +SKIP
         >>> m.coverage(threshold=50)   # {"layer.kv_head": [residues it owns]}  # doctest: +SKIP
     """
+    model = runnable(model)
     check_level(level)
     units = head_units(model.cfg, level, layers)
     if n_boot < 1:
@@ -197,15 +242,16 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     S = model_stride(model)
     curve = PhaseCurve.from_correct(clean, batch, stride=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
                                     confidence=confidence, seed=seed, label=f"{label} clean".strip())
-    unit_coords = list(range(n_unit)) if level != "layer" else ["all"]
+    axis = unit_axis(level)
     return SpecializationMap(
-        values=rel.reshape(shape), dims=("layer", level, "residue"),
-        coords={"layer": layer_ids, level: unit_coords, "residue": list(range(R))},
+        values=rel.reshape(shape), dims=("layer", axis, "residue"),
+        coords={"layer": layer_ids, axis: unit_coords(model.cfg, level), "residue": list(range(R))},
         lo=lo.reshape(shape), hi=hi.reshape(shape),
         extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape)},
         clean=curve.to_dict(), quantity="relative accuracy change (%)", direction=-1, clip=100.0,
         meta={"label": label, "intervention": {"kind": "knockout", "level": level, "replacement": replacement,
-                                               "per_residue": per_residue, "positions": positions, "method": used},
+                                               "per_residue": per_residue, "positions": positions, "method": used,
+                                               "engine": "nnsight" if is_backend(model) else "transformer_lens"},
               "model": model_config(model), "task": batch.meta,
               "calibration": getattr(calibration, "meta", None) if calibration is not None else None,
               "seed": seed, "n_boot": n_boot, "confidence": confidence, "versions": versions()})
@@ -222,6 +268,7 @@ def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | N
         >>> curve = knockout(model, batch, calib, layer=1, kv_head=0)  # doctest: +SKIP
         >>> curve.accuracy  # per residue  # doctest: +SKIP
     """
+    model = runnable(model)
     if kv_head is not None and head is not None:
         raise ValueError("give kv_head or head, not both")
     level = "kv_head" if kv_head is not None else "head" if head is not None else "layer"

@@ -5,7 +5,12 @@ activation, and measure how much of the clean answer logit difference comes back
 
 Units: head outputs `z` ("z", grouped by `level`), the residual stream entering a layer at one
 position ("resid"), one KV head's compressed entries of one branch ("entries") and its gate
-weights ("gates")."""
+weights ("gates").
+
+One implementation for our model (TransformerLens hooks; the incremental path at the final
+position), any backend (nnsight) and raw HuggingFace models (wrapped with `backend_for`);
+"resid" needs our model's `hook_resid_pre`, the other units run everywhere the sites exist
+(entries and gates: models with compressors)."""
 
 from __future__ import annotations
 
@@ -19,12 +24,13 @@ from torch import Tensor
 from phaseinterp.analysis.specialization import SpecializationMap
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.incremental import FinalPositionRun
-from phaseinterp.interventions.knockout import knockout_edit
+from phaseinterp.interventions.knockout import knockout_edit, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
-from phaseinterp.interventions.runner import (capture, final_logits, has_hooks, model_device, run_units,
-                                              unchanged_units, warn_unchanged)
+from phaseinterp.interventions.runner import (capture, compressor_names, describe, final_logits, incremental_ok,
+                                              is_backend, model_device, run_units, runnable, unchanged_units,
+                                              warn_unchanged)
 from phaseinterp.interventions.stats import by_residue
-from phaseinterp.interventions.units import check_level, head_units, level_size
+from phaseinterp.interventions.units import check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
 
 UNITS = ("z", "resid", "entries", "gates")
@@ -83,7 +89,8 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
     """Denoising activation patching map, normalized per residue of the clean rows.
 
     Args:
-        model: a HookedCompressedTransformer.
+        model: our HookedCompressedTransformer, a backend (`phaseinterp.backends`, edits through
+            nnsight) or a raw HuggingFace causal LM (wrapped with `backend_for`).
         pair: clean/corrupt prompts (`phase_swap`, `mapping_swap`, `Pairing.custom`).
         unit: "z" (head outputs, grouped by `level` = "head", "kv_head" or "layer"), "resid"
             (residual stream entering each layer, one unit per site in `positions`), "entries"
@@ -93,18 +100,23 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
             for "resid": the sites, each "key", "value", "final" (per row) or an int
             (default ("key", "value", "final") when left at "final").
         layers: layers to scan (default all; compressed layers only for entries and gates).
-        method: "auto" (z / resid at the final position reuse the corrupt run, recomputing only
-            that position; otherwise batched hook forwards), "incremental" or "hooks".
+        method: "auto" (z / resid at the final position on our model reuse the corrupt run,
+            recomputing only that position; otherwise batched hook forwards), "incremental" or
+            "hooks" (always on a backend).
         rel_min: residues whose mean clean-corrupt gap is under `rel_min` x the metric's scale
             (largest per-residue mean |logit difference| of clean, corrupt or their gap) are nan.
         max_rows: rows per batched computation.
 
     Returns:
         SpecializationMap with the normalized metric (direction +1, clip 1): dims
-        (layer, level, residue) for z, (layer, position, residue) for resid, and
-        (layer, branch, kv_head, residue) for entries and gates (nan where a layer lacks a
-        branch). Extras: the clean-corrupt gap per residue; meta: clean/corrupt logit
-        differences and accuracies.
+        (layer, level, residue) for z (level "layer": axis "heads" = ["all"]), (layer,
+        position, residue) for resid, and (layer, branch, kv_head, residue) for entries and
+        gates (nan where a layer lacks a branch). Extras: the clean-corrupt gap per residue;
+        meta: clean/corrupt logit differences and accuracies.
+
+    Raises:
+        ValueError: naming the bad value and the allowed ones (unit, level, method, layers,
+            positions, "resid" on a backend, entries / gates without compressors).
 
     Warns:
         UserWarning naming units whose patch changed no logit.
@@ -114,12 +126,18 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         >>> m = activation_patching(model, mapping_swap(batch), unit="z", level="kv_head")  # doctest: +SKIP
         >>> m.top(3)  # doctest: +SKIP
     """
+    model = runnable(model)
     if unit not in UNITS:
         raise ValueError(f"unit={unit!r} is invalid: allowed one of {list(UNITS)}")
+    if unit == "resid" and is_backend(model):
+        raise ValueError(f"unit='resid' is invalid on {describe(model)} (it has no hook_resid_pre): allowed "
+                         f"{[u for u in UNITS if u != 'resid']}; 'resid' needs our HookedCompressedTransformer")
     if method not in ("auto", "incremental", "hooks"):
         raise ValueError(f"method={method!r} is invalid: allowed 'auto', 'incremental' or 'hooks'")
     if not 0 <= rel_min < 1:
         raise ValueError(f"rel_min={rel_min} out of range [0, 1)")
+    if max_rows < 1:
+        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
     cfg, dev = model.cfg, model_device(model)
     T = pair.clean.tokens.shape[1]
     layer_ids = list(range(cfg.n_layers)) if layers is None else [int(x) for x in layers]
@@ -132,22 +150,23 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         positions = [positions] if isinstance(positions, (str, int)) else list(positions)
         for site in positions:
             _row_sites(pair, site, T)  # validates every site up front
-    fast_ok = (not has_hooks(model)) and ((unit == "z" and positions == "final")
-                                          or (unit == "resid" and list(positions) == ["final"]))
+    fast_ok = incremental_ok(model) and ((unit == "z" and positions == "final")
+                                         or (unit == "resid" and list(positions) == ["final"]))
     if method == "incremental" and not fast_ok:
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
-                         "the 'final' site only, on a model without hooks")
+                         f"the 'final' site only, on our HookedCompressedTransformer without hooks; got unit={unit!r}, "
+                         f"positions={positions!r} on {describe(model)} (allowed: method='hooks')")
     fast = fast_ok and method != "hooks"
     if unit == "z":
         check_level(level)
+        check_positions(positions, T)
     corrupt, clean = pair.corrupt, pair.clean
     clean_logits = final_logits(model, clean.tokens, clean.query_pos)
     present = None
     if unit == "z":
         units = head_units(cfg, level, layer_ids)
         labels = [u.label for u in units]
-        layout = (("layer", level), {"layer": layer_ids,
-                                     level: list(range(level_size(cfg, level))) if level != "layer" else ["all"]})
+        layout = (("layer", unit_axis(level)), {"layer": layer_ids, unit_axis(level): unit_coords(cfg, level)})
     elif unit == "resid":
         labels = [f"{l}.{s}" for l in layer_ids for s in positions]
         layout = (("layer", "position"), {"layer": layer_ids, "position": list(positions)})
@@ -194,6 +213,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         quantity="normalized logit difference restored", direction=1, clip=1.0,
         meta={"intervention": {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
                                "positions": positions, "method": "incremental" if fast else "hooks",
+                               "engine": "nnsight" if is_backend(model) else "transformer_lens",
                                "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min},
               "logit_diff": {"clean": by_residue(ld_clean, res, R), "corrupt": by_residue(ld_corrupt, res, R)},
               "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt)},
@@ -206,9 +226,8 @@ def _z_edits(model, pair: Pairing, units, positions, layer_ids) -> list:
     pos = check_positions(positions, T)
     sites = site_positions(pos, pair.corrupt.query_pos, T)
     src_sites = pair.align.gather(1, sites) if pos != "final" else pair.clean.query_pos[:, None]
-    acts = capture(model, pair.clean.tokens, [f"blocks.{l}.attn.hook_z" for l in layer_ids])
-    rows = torch.arange(len(pair), device=dev)[:, None]
-    src = {l: acts[f"blocks.{l}.attn.hook_z"][rows, src_sites.to(dev)] for l in layer_ids}
+    acts = capture(model, pair.clean.tokens, [f"blocks.{l}.attn.hook_z" for l in layer_ids], src_sites.to(dev))
+    src = {l: acts[f"blocks.{l}.attn.hook_z"] for l in layer_ids}
     return [knockout_edit(u, src[u.layer], sites) for u in units]
 
 
@@ -229,9 +248,10 @@ def _resid_edits(model, pair: Pairing, sites, layer_ids) -> list:
 def _branch_edits(model, clean, unit: str, layer_ids) -> tuple:
     """(layout, labels, cell index per unit, hook edits) for entries / gates of each compressed
     layer, branch and KV head."""
-    comp = [(l, name) for l in layer_ids for name in model.blocks[l].attn._modules if name in BRANCHES]
+    comp = [(l, name) for l in layer_ids for name in compressor_names(model, l)]
     if not comp:
-        raise ValueError(f"unit={unit!r} needs compressed layers; layers {layer_ids} have none")
+        raise ValueError(f"unit={unit!r} needs compressed layers; layers {layer_ids} have none "
+                         f"(allowed: unit='z' on {describe(model)})")
     K = model.cfg.n_kv_heads
     comp_layers = sorted({l for l, _ in comp})
     branches = [b for b in BRANCHES if any(n == b for _, n in comp)]
@@ -254,9 +274,8 @@ def capture_final(model, batch, unit: str, layers: Sequence[int]) -> dict[int, T
     each row's query position."""
     dev = model_device(model)
     hook = "attn.hook_z" if unit == "z" else "hook_resid_pre"
-    acts = capture(model, batch.tokens, [f"blocks.{l}.{hook}" for l in layers])
-    rows = torch.arange(len(batch), device=dev)
-    return {l: acts[f"blocks.{l}.{hook}"][rows, batch.query_pos.to(dev)] for l in layers}
+    acts = capture(model, batch.tokens, [f"blocks.{l}.{hook}" for l in layers], batch.query_pos.to(dev)[:, None])
+    return {l: acts[f"blocks.{l}.{hook}"][:, 0] for l in layers}
 
 
 def _set_rows(pos: Tensor, values: Tensor):

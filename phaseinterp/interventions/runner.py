@@ -1,5 +1,10 @@
 """Running a model for interventions: logits at one query position per row, hooks that are
-always removed, many units batched into one forward, and the "changed nothing" check."""
+always removed, many units batched into one forward, and the "changed nothing" check.
+
+Every function here takes our `HookedCompressedTransformer` (TransformerLens hooks) or a backend
+(`phaseinterp.backends`: nnsight, by the same hook names, see `backends.compat`); this module is
+where the two differ, so knockout, patching and calibration are written once. Entry points turn
+their model argument into one of the two with `resolve_model` (a raw HF model gets its backend)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.measure.sweep import is_backend, resolve_model
+
 # A unit edit: {hook name: fn(activation block [B, ...]) -> edited block}, applied to one unit's rows.
 UnitEdit = dict[str, Callable[[Tensor], Tensor]]
 
@@ -19,10 +26,45 @@ class _Stop(Exception):
     """Raised by the last hook we need, so the rest of the forward is skipped."""
 
 
+def runnable(model):
+    """`resolve_model(model, require=True)`: our model or a backend, else ValueError."""
+    return resolve_model(model, require=True)
+
+
 def has_hooks(model) -> bool:
-    """Whether any hook point of `model` holds a forward or backward hook."""
+    """Whether any hook point of `model` holds a forward or backward hook (False for backends:
+    their edits exist only inside one traced forward)."""
+    if is_backend(model):
+        return False
     return any(hp.has_hooks() if hasattr(hp, "has_hooks") else bool(hp._forward_hooks)
                for hp in model.hook_dict.values())
+
+
+def incremental_ok(model) -> bool:
+    """Whether the incremental final-position path (`FinalPositionRun`) applies: our
+    `HookedCompressedTransformer` with no hooks attached (not a backend)."""
+    from phaseinterp.model import HookedCompressedTransformer
+
+    return isinstance(model, HookedCompressedTransformer) and not has_hooks(model)
+
+
+def describe(model) -> str:
+    """Short name of what runs: "HookedCompressedTransformer" or e.g. "DeepseekV4Backend(DeepseekV4ForCausalLM)"."""
+    if is_backend(model):
+        return f"{type(model).__name__}({model.cfg.model_class})"
+    return type(model).__name__
+
+
+def n_layers(model) -> int:
+    return int(model.cfg.n_layers)
+
+
+def compressor_names(model, layer: int) -> list[str]:
+    """Hook-name prefixes of the compressor branches of `layer` ("compress_k", "compress_v" or
+    "compress_kv"; none for full attention)."""
+    if is_backend(model):
+        return [f"compress_{b}" for b in model.cfg.gate_branches[layer]]
+    return [name for name in model.blocks[layer].attn._modules if name in ("compress_k", "compress_v", "compress_kv")]
 
 
 @contextmanager
@@ -34,6 +76,8 @@ def hooked(model, fwd_hooks: Sequence[tuple[str, Callable]] = ()) -> Iterator[No
 
 
 def model_device(model) -> torch.device:
+    if is_backend(model):
+        return model.device
     for p in model.parameters():
         return p.device
     return torch.device("cpu")
@@ -45,7 +89,8 @@ def final_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor,
     """Next-token logits at `query_pos[i]` of each row, with `fwd_hooks` attached.
 
     The forward stops after `ln_final` (only the scored positions are unembedded). Hooks are
-    removed even if the forward raises.
+    removed even if the forward raises. A backend computes them with `backend.final_logits`
+    (no `fwd_hooks`, no gradients: edit through `run_units` or `backend.intervene`).
 
     Example:
         >>> from phaseinterp import HookedCompressedTransformer, preset
@@ -54,6 +99,11 @@ def final_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor,
         >>> torch.allclose(final_logits(m, t, torch.tensor([15, 7])), m(t)[[0, 1], [15, 7]], atol=1e-5)
         True
     """
+    if is_backend(model):
+        if fwd_hooks or grad:
+            raise ValueError(f"fwd_hooks={list(fwd_hooks)!r}, grad={grad} are invalid for a backend "
+                             f"({describe(model)}): allowed none (edit through run_units or backend.intervene)")
+        return model.final_logits(tokens, query_pos)
     dev = model_device(model)
     tokens, query_pos = tokens.to(dev), query_pos.to(dev)
     rows = torch.arange(tokens.shape[0], device=dev)
@@ -81,7 +131,8 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
 
     Args:
         model: a HookedCompressedTransformer (or any TransformerLens HookedRootModule with
-            `ln_final.hook_normalized` and `W_unembed`).
+            `ln_final.hook_normalized` and `W_unembed`), or a backend (hook names of
+            `backend.hook_names()`, each unit one nnsight invoke of a batched forward).
         tokens, query_pos: the rows.
         units: one {hook name: fn(block) -> block} per unit (an empty dict is the clean run).
         max_rows: rows per forward pass (units per forward = max(1, max_rows // batch)).
@@ -94,6 +145,11 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
     """
     if max_rows < 1:
         raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
+    if is_backend(model):
+        if base_hooks:
+            raise ValueError(f"base_hooks are invalid for a backend ({describe(model)}): allowed none "
+                             "(wrap the call in backend.intervene(...) instead)")
+        return model.run_units(tokens, query_pos, units, max_rows=max_rows)
     B = tokens.shape[0]
     per = max(1, max_rows // max(B, 1))
     outs = []
@@ -132,16 +188,28 @@ def warn_unchanged(labels: Sequence[str], what: str) -> None:
                       UserWarning, stacklevel=3)
 
 
-def capture(model, tokens: Int[Tensor, "batch pos"], names: Sequence[str]) -> dict[str, Tensor]:
-    """Activations at the given hook names from one forward (no gradients; stops after the
-    last of them fires)."""
+def capture(model, tokens: Int[Tensor, "batch pos"], names: Sequence[str],
+            sites: Int[Tensor, "batch site"] | None = None) -> dict[str, Tensor]:
+    """Activations at the given hook names from one forward (no gradients; our model stops
+    after the last of them fires).
+
+    Args:
+        sites: per row, the positions to keep ([batch, n_sites]; hooks with a position axis
+            after the batch axis, e.g. `hook_z`, `hook_resid_pre`, `hook_attn_out`): each
+            activation is then `[batch, n_sites, ...]`; only those positions are stored.
+    """
+    if is_backend(model):
+        return model.capture(tokens, names, sites)
     for n in names:
         model.check_hook_name(n)
     out: dict[str, Tensor] = {}
     want = set(names)
+    if sites is not None:
+        rows = torch.arange(tokens.shape[0], device=model_device(model))[:, None]
+        sites = sites.to(rows.device)
 
     def grab(x: Tensor, hook) -> None:
-        out[hook.name] = x.detach()
+        out[hook.name] = (x if sites is None else x[rows, sites]).detach()
         if set(out) >= want:
             raise _Stop
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Union
+
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
@@ -18,8 +20,17 @@ def by_residue(x: Float[np.ndarray, "*units row"], residue: Int[np.ndarray, " ro
         return (x @ onehot) / counts
 
 
-def relative_change(clean: Float[np.ndarray, "*a"], edited: Float[np.ndarray, "*b"]) -> Float[np.ndarray, "*c"]:
-    """`100 * (edited - clean) / clean` (broadcasting), nan where clean == 0."""
+Number = Union[float, np.floating]
+
+
+def relative_change(clean: Union[Float[np.ndarray, "..."], Number], edited: Union[Float[np.ndarray, "..."], Number]
+                    ) -> Float[np.ndarray, "..."]:
+    """`100 * (edited - clean) / clean`, nan where clean == 0.
+
+    The shapes only need to broadcast against each other with numpy's rules (e.g. clean
+    [residue] or [1, residue] against edited [unit, residue]; scalars too), which a named
+    jaxtyping shape cannot express, so each argument is annotated "..." and the result has the
+    broadcast shape."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(clean > 0, 100.0 * (edited - clean) / np.where(clean > 0, clean, 1.0), np.nan)
 

@@ -1,8 +1,14 @@
-"""`phase_sweep`: run a model (any tokens -> logits callable) over a PhaseBatch and score it."""
+"""`phase_sweep`: run a model (any tokens -> logits callable) over a PhaseBatch and score it.
+
+`resolve_model` is the one place where a model becomes what the experiments run on: our
+`HookedCompressedTransformer` as is (TransformerLens hooks, incremental fast paths), a backend
+(`phaseinterp.backends`) as is, a raw HuggingFace model wrapped with `backends.backend_for`.
+`phase_sweep` and every intervention (`phaseinterp.interventions`) call it first."""
 
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -16,6 +22,52 @@ from phaseinterp.measure.provenance import model_config
 from phaseinterp.tasks import PhaseBatch
 
 Model = Callable[[Int[Tensor, "batch pos"]], Any]
+
+
+def is_backend(model: Any) -> bool:
+    """Whether `model` is a `phaseinterp.backends.Backend` (without importing nnsight when no
+    backend was ever built)."""
+    base = sys.modules.get("phaseinterp.backends.base")
+    return base is not None and isinstance(model, base.Backend)
+
+
+def is_hf_model(model: Any) -> bool:
+    """A HuggingFace model (an `nn.Module` with a `config` that has a `model_type`), not ours."""
+    from phaseinterp.model import HookedCompressedTransformer
+
+    return (isinstance(model, torch.nn.Module) and not isinstance(model, HookedCompressedTransformer)
+            and hasattr(getattr(model, "config", None), "model_type"))
+
+
+def resolve_model(model: Any, *, require: bool = False) -> Any:
+    """What an experiment runs on, decided here and nowhere else.
+
+    - our `HookedCompressedTransformer`: returned as is (TransformerLens hooks; the interventions
+      use their incremental final-position fast paths on it);
+    - a backend (`HookedBackend`, `DeepseekV4Backend`, `HFCausalLMBackend`): returned as is
+      (edits through nnsight; pass `backend_for(model)` to run our model that way);
+    - a raw HuggingFace model: wrapped with `phaseinterp.backends.backend_for`;
+    - anything else: returned as is (`phase_sweep` scores any tokens -> logits callable), or, with
+      `require=True` (interventions), a ValueError naming the type and what is allowed.
+
+    Example:
+        >>> from phaseinterp import HookedCompressedTransformer, preset
+        >>> m = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0)
+        >>> resolve_model(m) is m
+        True
+    """
+    from phaseinterp.model import HookedCompressedTransformer
+
+    if isinstance(model, HookedCompressedTransformer) or is_backend(model):
+        return model
+    if is_hf_model(model):
+        from phaseinterp.backends import backend_for
+
+        return backend_for(model)
+    if require:
+        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a HookedCompressedTransformer, "
+                         "a phaseinterp.backends Backend, or a HuggingFace causal LM (an nn.Module with a .config)")
+    return model
 
 
 def model_stride(model: Any) -> int | None:
@@ -61,10 +113,13 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
                      device: torch.device | str | None = None, progress: bool = True) -> Bool[Tensor, " batch"]:
     """Top-1 correctness per row: the argmax over the full vocabulary of the next-token logits
     at `query_pos` is one of `answers`. Rows that share a prompt (several queries) share one
-    forward pass within a minibatch.
+    forward pass within a minibatch. An object with `final_logits(tokens, query_pos)` (every
+    backend) is asked for the logits at the query positions only (HF: `logits_to_keep`, and
+    chunked prefill with `prefill_chunk`): no [batch, pos, vocab] tensor for long contexts.
 
     Args:
-        model: tokens [batch, pos] -> logits [batch, pos, vocab] (or an object with `.logits`).
+        model: tokens [batch, pos] -> logits [batch, pos, vocab] (or an object with `.logits`),
+            or an object with `final_logits` (a backend; a raw HF model is wrapped first).
         batch: the prompts.
         batch_size: rows per forward pass, >= 1.
         device: where to run (default: the device of the model's parameters, else CPU).
@@ -73,12 +128,20 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
     Returns:
         Boolean tensor on CPU, one entry per row of `batch`.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} out of range [1, inf)")
+    model = resolve_model(model)
     dev = _device(model, device)
     out = []
+    final = getattr(model, "final_logits", None)
     with _eval_mode(model):
         bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
                    disable=not progress, desc="phase sweep", unit="batch")
         for mb in bar:
+            if final is not None:  # backends: logits at the query positions only
+                pred = final(mb.tokens, mb.query_pos).argmax(-1).cpu()
+                out.append((pred[:, None] == mb.answers).any(1))
+                continue
             uniq, inverse = torch.unique(mb.prompt_id, return_inverse=True)
             first = torch.full((len(uniq),), len(mb), dtype=torch.long).scatter_reduce(
                 0, inverse, torch.arange(len(mb)), reduce="amin")
@@ -95,8 +158,9 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
     """Accuracy by residue of a model on a PhaseBatch, with intervals and periodicity tests.
 
     Args:
-        model: a callable tokens -> logits (our models, HuggingFace models, any function), or a
-            precomputed boolean `correct` tensor (one entry per row, e.g. after an intervention).
+        model: our model, a backend, a raw HuggingFace model (wrapped with `backend_for`; logits
+            at the query positions only), any callable tokens -> logits, or a precomputed
+            boolean `correct` tensor (one entry per row, e.g. after an intervention).
         batch: the prompts (`RecordLookup(...).sample(...)`).
         batch_size: rows per forward pass.
         stride: S for the periodicity statistics; default lcm(model.cfg.strides) when the model
@@ -121,13 +185,15 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
                              f"got {model.dtype} {tuple(model.shape)}")
         correct, info = model, {"model": "precomputed correct"}
     else:
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} out of range [1, inf)")
+        model = resolve_model(model)
         correct = evaluate_correct(model, batch, batch_size=batch_size, device=device, progress=progress)
         s = model_stride(model)
         if stride is None and s is not None and batch.modulus % s == 0:
             stride = s
         info = {"model": model_config(model) or type(model).__name__}
+        if is_backend(model):
+            info["logits"] = {"positions": "query positions only",
+                              "prefill_chunk": getattr(model, "prefill_chunk", None)}
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
     return PhaseCurve.from_correct(correct, batch, stride=stride, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})
