@@ -202,14 +202,17 @@ def test_summary_ranks_variants_by_gap_and_charges_extra_memory():
     rows = pd.DataFrame([
         {"variant": v, "seed": s, "mean": 0.5, "worst": w, "gap_pp": g, "gap_lo": g - 5, "gap_hi": g + 5,
          "p_periodic": 0.5, "entries_per_token": e, "train_s": 1.0}
-        for v, e, gaps in [("baseline", 0.25, (90, 80)), ("multi-offset", 0.5, (40, 50)), ("entropy", 0.25, (70, 60)),
-                           ("full", 1.0, (1, 2))]
-        for s, g, w in zip((0, 1), gaps, (0.1, 0.2))])
+        for v, e, gaps, worsts in [("baseline", 0.25, (90, 80), (0.1, 0.2)), ("multi-offset", 0.5, (40, 50), (0.5, 0.4)),
+                                   ("entropy", 0.25, (70, 60), (0.2, 0.3)), ("random-offsets", 0.25, (2, 3), (0.1, 0.09)),
+                                   ("full", 1.0, (1, 2), (0.9, 0.9))]
+        for s, g, w in zip((0, 1), gaps, worsts)])
+    rows.loc[rows.variant == "random-offsets", "mean"] = 0.1  # never learned: its tiny gap must not win
     summary = summarize(rows).set_index("variant")
     assert summary.loc["multi-offset", "gap_pp"] == 45 and summary.loc["multi-offset", "gap_reduction_pp"] == 40
     assert summary.loc["multi-offset", "reduction_per_extra_entry"] == pytest.approx(40 / 0.25)
     assert np.isnan(summary.loc["entropy", "reduction_per_extra_entry"])  # no extra memory
     assert (summary.loc["entropy", "gap_min"], summary.loc["entropy", "gap_max"]) == (60, 70)
+    assert summary.loc["random-offsets", "learned"] == 0 and summary.loc["multi-offset", "learned"] == 2
     assert best_mitigation(summary.reset_index()) == "multi-offset"  # full attention is the reference, not a mitigation
 
 
@@ -228,7 +231,7 @@ def test_mitigate_command_writes_table_figure_and_maps(tmp_path, capsys):
     assert set(data["knockout"]) == {"baseline", "multi-offset"}
     assert "Plotly.newPlot" in (out / "mitigations.html").read_text()
     assert (out / "knockout" / "multi-offset.json").is_file()
-    assert "| multi-offset | 1 |" in (out / "mitigations.md").read_text()
+    assert "| multi-offset | 1 (" in (out / "mitigations.md").read_text()
     with pytest.raises(SystemExit):  # argparse rejects unknown variants
         main(["mitigate", "--variants", "nope", "--out", str(out)])
     assert main(["mitigate", "--quick", "--seeds", "0", "0", "--out", str(out)]) == 2

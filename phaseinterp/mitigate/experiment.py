@@ -125,11 +125,18 @@ def run_one(name: str, seed: int, out: str, settings: Settings) -> dict[str, Any
     }
 
 
+#: a run "learned" when its mean accuracy is at least this (chance is about 1 / n_records = 10%): a
+#: run that never retrieves has a small gap for the wrong reason
+LEARNED = 0.3
+
+
 def summarize(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant: means over seeds, the seed range of the gap, and gap reduction against
-    the baseline per extra cache entry per token."""
+    """One row per variant: means over seeds, the seed range of the gap, how many seeds learned,
+    and gap reduction against the baseline per extra cache entry per token."""
+    rows = rows.assign(learned=rows["mean"] >= LEARNED)
     agg = rows.groupby("variant", sort=False).agg(
-        seeds=("seed", "count"), mean=("mean", "mean"), worst=("worst", "mean"), gap_pp=("gap_pp", "mean"),
+        seeds=("seed", "count"), learned=("learned", "sum"), mean=("mean", "mean"), worst=("worst", "mean"),
+        worst_min=("worst", "min"), gap_pp=("gap_pp", "mean"),
         gap_min=("gap_pp", "min"), gap_max=("gap_pp", "max"), gap_lo=("gap_lo", "min"), gap_hi=("gap_hi", "max"),
         p_periodic=("p_periodic", "max"), entries_per_token=("entries_per_token", "first"),
         train_s=("train_s", "mean")).reset_index()
@@ -144,9 +151,10 @@ def summarize(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_mitigation(summary: pd.DataFrame) -> str | None:
-    """The variant (not baseline, not full attention) with the smallest mean gap."""
+    """The variant (not baseline, not full attention) with the highest worst-phase accuracy in its
+    worst seed: uniform *and* retrieving (a gap closed by never learning does not count)."""
     cand = summary[~summary.variant.isin(["baseline", "full"])]
-    return None if cand.empty else str(cand.sort_values("gap_pp").iloc[0].variant)
+    return None if cand.empty else str(cand.sort_values(["worst_min", "worst"], ascending=False).iloc[0].variant)
 
 
 def run(out: str | os.PathLike, names: list[str] | None = None, settings: Settings = Settings(), *, jobs: int = 1,
@@ -182,4 +190,4 @@ def run(out: str | os.PathLike, names: list[str] | None = None, settings: Settin
             "wall_s": time.perf_counter() - t0}
 
 
-__all__ = ["MODULUS", "SHIPPED", "Settings", "best_mitigation", "run", "run_one", "shipped_match", "summarize"]
+__all__ = ["LEARNED", "MODULUS", "SHIPPED", "Settings", "best_mitigation", "run", "run_one", "shipped_match", "summarize"]
