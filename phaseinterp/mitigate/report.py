@@ -35,7 +35,8 @@ def memory_figure(rows: pd.DataFrame, title: str = "worst-phase accuracy against
 
 def knockout_comparison(rows: pd.DataFrame, best: str, *, n_per_residue: int, seed: int = 0
                         ) -> dict[str, Any]:
-    """KV-head knockout maps (seed-0 run, or the first seed) of the baseline and `best`."""
+    """KV-head knockout maps of the baseline and `best`, each on its seed with the highest mean
+    accuracy (a run that never learned has no map: relative changes of 0 are undefined)."""
     from phaseinterp.checkpoint import load
     from phaseinterp.interventions import knockout_map
     from phaseinterp.mitigate.experiment import MODULUS
@@ -43,7 +44,7 @@ def knockout_comparison(rows: pd.DataFrame, best: str, *, n_per_residue: int, se
 
     out = {}
     for name in ("baseline", best):
-        row = rows[rows.variant == name].sort_values("seed").iloc[0]
+        row = rows[rows.variant == name].sort_values(["mean", "seed"], ascending=[False, True]).iloc[0]
         model = load(row.checkpoint).eval()
         mix = VARIANTS[name].configs(int(row.seed))[1].mixture
         task = RecordLookup(**{**mix.eval_task_kwargs(), "protocol": "prefix"})
