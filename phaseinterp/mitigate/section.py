@@ -1,0 +1,46 @@
+"""The report section of the mitigation experiment, from its shipped results
+(`assets/results/mitigations/`, written by `phaseinterp mitigate`): the table, worst-phase accuracy
+against KV memory, and the knockout maps of the baseline and the best mitigation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "mitigations"
+
+
+def mitigation_section(results: Path = RESULTS):
+    from phaseinterp.analysis import SpecializationMap
+    from phaseinterp.mitigate.report import memory_figure
+    from phaseinterp.plot_maps import map_figure
+    from phaseinterp.report import Section
+
+    path = results / "mitigations.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run `phaseinterp mitigate --out {results}`")
+    data = json.loads(path.read_text())
+    rows = pd.DataFrame(data["rows"])
+    summary = pd.DataFrame(data["summary"])
+    cols = [c for c in ("variant", "seeds", "learned", "mean", "worst", "worst_min", "gap_pp", "gap_min", "gap_max", "p_periodic",
+                        "entries_per_token", "gap_reduction_pp", "reduction_per_extra_entry", "train_s")
+            if c in summary]
+    figures = [memory_figure(rows)]
+    for name in ("baseline", data.get("best")):
+        map_path = results / "knockout" / f"{name}.json"
+        if name and map_path.is_file():
+            smap = SpecializationMap.load(map_path)
+            figures.append(map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout (%)"))
+    s = data["settings"]
+    text = (f"Every variant trained with the W4/S4 recipe at equal budget ({s.get('steps') or 2000} steps, seeds "
+            f"{s['seeds']}), evaluated on record lookup mod 8 ({s['n_per_residue']} examples per residue). "
+            f"Best mitigation (highest worst-phase accuracy in its worst seed): {data.get('best')}. A run 'learned' "
+            "when its mean accuracy is >= 30% (chance ~10%). Entries per token: compressed cache "
+            "entries per token and KV head at long context. Knockout maps: the most accurate seed of the baseline "
+            "and of the best mitigation. Regenerate with `phaseinterp mitigate --out DIR --jobs 2`.")
+    return Section("Mitigations: toward phase-uniform compression", text, [summary[cols]], figures)
+
+
+__all__ = ["RESULTS", "mitigation_section"]
