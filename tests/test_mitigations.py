@@ -201,7 +201,7 @@ def test_summary_ranks_variants_by_gap_and_charges_extra_memory():
 
     rows = pd.DataFrame([
         {"variant": v, "seed": s, "mean": 0.5, "worst": w, "gap_pp": g, "gap_lo": g - 5, "gap_hi": g + 5,
-         "p_periodic": 0.5, "entries_per_token": e, "train_s": 1.0}
+         "p_periodic": 0.5, "entries_per_token": e, "train_cpu_s": 1.0}
         for v, e, gaps, worsts in [("baseline", 0.25, (90, 80), (0.1, 0.2)), ("multi-offset", 0.5, (40, 50), (0.5, 0.4)),
                                    ("entropy", 0.25, (70, 60), (0.2, 0.3)), ("random-offsets", 0.25, (2, 3), (0.1, 0.09)),
                                    ("full", 1.0, (1, 2), (0.9, 0.9))]

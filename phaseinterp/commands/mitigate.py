@@ -1,5 +1,5 @@
 """`phaseinterp mitigate`: train every mitigation variant at equal budget and seeds, then write the
-table (mean, worst phase, gap, periodicity p-value, cache entries per token, training time), the
+table (mean, worst phase, gap, periodicity p-value, cache entries per token, training CPU time), the
 figure (worst-phase accuracy against KV memory) and knockout maps of the best mitigation next to
 the baseline.
 

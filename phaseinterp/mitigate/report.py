@@ -62,7 +62,7 @@ def knockout_summary(maps: dict[str, Any]) -> dict[str, Any]:
 
 def markdown_table(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
     lines = ["| variant | seeds (learned) | mean % | worst % (worst seed) | gap pp (seed range; bootstrap bounds) | p periodic (max) "
-             "| entries/token | gap reduction pp | per extra entry/token | train s |",
+             "| entries/token | gap reduction pp | per extra entry/token | train CPU s |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # learned: mean accuracy >= LEARNED
     for r in summary.itertuples():
         per = getattr(r, "reduction_per_extra_entry", np.nan)
@@ -72,7 +72,7 @@ def markdown_table(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
             f"| {r.gap_pp:.1f} "
             f"({r.gap_min:.1f}-{r.gap_max:.1f}; {r.gap_lo:.1f}-{r.gap_hi:.1f}) | {r.p_periodic:.3g} "
             f"| {r.entries_per_token:.3g} | {red:.1f} | {'-' if not np.isfinite(per) else f'{per:.1f}'} "
-            f"| {r.train_s:.0f} |")
+            f"| {r.train_cpu_s:.0f} |")
     lines += ["", "Per run:", "", "| run | mean % | worst % (95% bootstrap) | gap pp (95% bootstrap) | p periodic | source |",
               "|---|---|---|---|---|---|"]
     for r in rows.itertuples():

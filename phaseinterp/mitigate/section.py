@@ -25,7 +25,7 @@ def mitigation_section(results: Path = RESULTS):
     rows = pd.DataFrame(data["rows"])
     summary = pd.DataFrame(data["summary"])
     cols = [c for c in ("variant", "seeds", "learned", "mean", "worst", "worst_min", "gap_pp", "gap_min", "gap_max", "p_periodic",
-                        "entries_per_token", "gap_reduction_pp", "reduction_per_extra_entry", "train_s")
+                        "entries_per_token", "gap_reduction_pp", "reduction_per_extra_entry", "train_cpu_s")
             if c in summary]
     figures = [memory_figure(rows)]
     for name in ("baseline", data.get("best")):
