@@ -58,6 +58,6 @@ def run(args: argparse.Namespace) -> int:
     written = write_outputs(args.out, result, settings, maps, png=args.png)
     print(result["summary"].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     if result["best"] is not None:
-        print(f"best mitigation (highest worst-phase accuracy in its worst seed): {result['best']}")
+        print(f"best mitigation (highest worst-phase accuracy, mean over seeds): {result['best']}")
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
