@@ -1,4 +1,14 @@
-"""Checkpoints: safetensors with the config JSON in the metadata, written atomically."""
+"""Checkpoints: safetensors with the config JSON in the metadata, written atomically.
+
+Two formats, told apart by the metadata's "format":
+
+- "phaseinterp-checkpoint-v1": a `HookedCompressedTransformer` (config = `ModelConfig.to_dict()`).
+- "phaseinterp-hf-checkpoint-v1": a HuggingFace causal LM trained by `phaseinterp.train`
+  (`phaseinterp.train.hf_model.HFCausalLM`). Tensors are the HF model's own state dict (the keys
+  of e.g. `DeepseekV4ForCausalLM.state_dict()`); metadata "config" is
+  `{"architecture": ..., "hf_config": <the HF config's to_dict()>}`, plus "transformers_version".
+  `load` returns an `HFCausalLM` (tokens -> logits), `load_hf` the HF model itself.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 FORMAT = "phaseinterp-checkpoint-v1"
+HF_FORMAT = "phaseinterp-hf-checkpoint-v1"
 
 
 def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
@@ -18,6 +29,8 @@ def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Pat
     never holds a half-written checkpoint. `extra` (JSON-serializable) lands in the metadata."""
     from phaseinterp import __version__
 
+    if getattr(model, "is_hf_causal_lm", False):
+        return save_hf(model, path, extra=extra)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -51,8 +64,9 @@ def read_metadata(path: str | os.PathLike) -> dict:
             meta = dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{str(path)!r} is not a readable safetensors checkpoint (truncated or corrupt?): {e}") from e
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected {FORMAT!r}")
+    if meta.get("format") not in (FORMAT, HF_FORMAT):
+        raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected {FORMAT!r} "
+                         f"or {HF_FORMAT!r}")
     meta["config"] = json.loads(meta["config"])
     meta["extra"] = json.loads(meta.get("extra", "{}"))
     return meta
@@ -60,6 +74,8 @@ def read_metadata(path: str | os.PathLike) -> dict:
 
 def load(path: str | os.PathLike, device: str = "cpu"):
     """Load a model written by `model.save(path)`; raises on missing, truncated or mismatched files.
+    A HuggingFace checkpoint (format "phaseinterp-hf-checkpoint-v1") loads as an
+    `HFCausalLM` (tokens -> logits; the HF model is its `.hf`, see `load_hf`).
 
     Example:
         >>> model = phaseinterp.load("assets/checkpoints/w4s4.safetensors")  # doctest: +SKIP
@@ -70,6 +86,8 @@ def load(path: str | os.PathLike, device: str = "cpu"):
     from phaseinterp.model import HookedCompressedTransformer
 
     meta = read_metadata(path)
+    if meta["format"] == HF_FORMAT:
+        return _load_hf_checkpoint(path, meta, device)
     model = HookedCompressedTransformer(ModelConfig.from_dict(meta["config"]))
     try:
         tensors = load_file(str(path), device=device)
@@ -84,3 +102,73 @@ def load(path: str | os.PathLike, device: str = "cpu"):
             raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
     model.load_state_dict(tensors)
     return model.to(device).eval()
+
+
+# ---- HuggingFace causal LMs (phaseinterp.train.hf_model.HFCausalLM) -----------------------------
+
+def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
+    """Write an `HFCausalLM`: the HF model's state dict (tensors copied, so tied weights save
+    fine) and its spec in the metadata; atomic like `save_model`."""
+    import transformers
+
+    from phaseinterp import __version__
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().clone().contiguous() for k, v in model.hf.state_dict().items()}
+    metadata = {
+        "format": HF_FORMAT,
+        "config": json.dumps(model.cfg.to_dict()),
+        "transformers_version": transformers.__version__,
+        "phaseinterp_version": __version__,
+        "extra": json.dumps(extra or {}),
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def _load_hf_checkpoint(path: str | os.PathLike, meta: dict, device: str):
+    from safetensors.torch import load_file
+
+    from phaseinterp.train.hf_model import HFModelSpec
+
+    spec = HFModelSpec.from_dict(meta["config"])
+    model = spec.build(seed=0)
+    try:
+        tensors = load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"{str(path)!r}: could not read tensors (truncated or corrupt?): {e}") from e
+    expected = model.hf.state_dict()
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{str(path)!r} does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, t in tensors.items():
+        if t.shape != expected[name].shape:
+            raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
+    model.hf.load_state_dict(tensors)
+    return model.to(device).eval()
+
+
+def load_hf(path: str | os.PathLike, device: str = "cpu"):
+    """The HuggingFace model (e.g. a `DeepseekV4ForCausalLM`, eval mode) of an HF checkpoint
+    written by the trainer; raises ValueError for our own models' checkpoints.
+
+    Example:
+        >>> from phaseinterp.backends import backend_for
+        >>> backend = backend_for(load_hf("assets/checkpoints/hf-deepseek-v4.safetensors"))  # doctest: +SKIP
+    """
+    meta = read_metadata(path)
+    if meta["format"] != HF_FORMAT:
+        raise ValueError(f"{str(path)!r} holds a HookedCompressedTransformer, not a HuggingFace model: "
+                         "load it with phaseinterp.load")
+    return _load_hf_checkpoint(path, meta, device).hf

@@ -11,7 +11,7 @@ import torch
 
 import phaseinterp
 from phaseinterp.cli import main
-from phaseinterp.config import CompressionConfig, ModelConfig
+from phaseinterp.config import CompressionConfig
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train import Mixture, TrainConfig, latest_checkpoint, list_checkpoints, make_batch, train
 from phaseinterp.train.data import IGNORE, bigram_table
@@ -267,6 +267,7 @@ def test_shipped_checkpoints_load_match_their_cards_and_recipes():
     from pathlib import Path
 
     from phaseinterp.train import RECIPES, recipe
+    from phaseinterp.train.hf_model import model_config_from_dict
 
     folder = Path(__file__).resolve().parents[1] / "assets" / "checkpoints"
     cards = sorted(folder.glob("*.json"))
@@ -279,8 +280,9 @@ def test_shipped_checkpoints_load_match_their_cards_and_recipes():
         card = json.loads(path.read_text())
         model_cfg, tcfg = recipe(card["name"])
         meta = phaseinterp.checkpoint.read_metadata(path.with_suffix(".safetensors"))
-        # files written before a field existed read back with its default
-        canon_model = lambda d: json.loads(json.dumps(ModelConfig.from_dict(d).to_dict()))  # noqa: E731
+        # files written before a field existed read back with its default; HF models (hf-deepseek-v4)
+        # store an HFModelSpec ({"architecture", "hf_config"})
+        canon_model = lambda d: json.loads(json.dumps(model_config_from_dict(d).to_dict()))  # noqa: E731
         canon_train = lambda d: json.loads(json.dumps(TrainConfig.from_dict(d).to_dict()))  # noqa: E731
         assert meta["config"] == card["model_config"]
         assert canon_model(meta["config"]) == json.loads(json.dumps(model_cfg.to_dict()))

@@ -3,6 +3,8 @@
     phaseinterp train --preset w4s4 --out runs/w4s4
     phaseinterp train --config run.json --steps 500 --out runs/mine
     phaseinterp train --preset w4s4 --out runs/w4s4 --resume          # continue the newest checkpoint
+    phaseinterp train --preset hf-deepseek-v4 --out runs/hf-v4        # a tiny HF DeepseekV4ForCausalLM
+    phaseinterp train --hf-config config.json --steps 500 --out runs/hf   # any HF causal LM config, random init
     torchrun --nproc_per_node 2 -m phaseinterp.cli train --preset w4s4 --out runs/w4s4-ddp
 """
 
@@ -18,7 +20,10 @@ DESCRIPTION = """Train a model and write OUT/run.json, OUT/metrics.jsonl, OUT/ch
 OUT/card.json. --preset takes a training recipe (see `phaseinterp.train.RECIPES`: the shipped
 checkpoints) or a model preset (trained with the default TrainConfig, its mixture over the model's
 whole vocabulary). --config takes a JSON file
-{"model": PRESET_NAME or ModelConfig fields, "train": TrainConfig fields (with "mixture")}.
+{"model": PRESET_NAME or ModelConfig fields or an HF model {"architecture": ..., "hf_config": {...}},
+"train": TrainConfig fields (with "mixture")}. --hf-config takes a HuggingFace config.json (or a
+folder holding one) and trains that causal LM from a random init with the default TrainConfig
+(the mixture's vocabulary capped at 256 tokens).
 Under torchrun every process trains on its share of each global batch (DDP; gloo on CPU)."""
 
 
@@ -28,6 +33,8 @@ def register(subparsers: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="training recipe or model preset name")
     src.add_argument("--config", type=Path, help="JSON file with 'model' and 'train'")
+    src.add_argument("--hf-config", type=Path, metavar="FILE",
+                     help="HuggingFace config.json (or its folder): train that causal LM from a random init")
     p.add_argument("--out", type=Path, required=True, help="run folder")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
     p.add_argument("--seed", type=int, help="seed (default: the recipe's)")
@@ -55,6 +62,7 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.config import ModelConfig
     from phaseinterp.presets import PRESETS, preset
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
+    from phaseinterp.train.hf_model import HFModelSpec
 
     if args.preset is not None:
         name = args.preset
@@ -65,6 +73,10 @@ def resolve(args: argparse.Namespace):
             tcfg = TrainConfig(mixture=Mixture(vocab_size=model_cfg.vocab_size))
         else:
             raise ValueError(f"--preset {name!r} is invalid: allowed a recipe {sorted(RECIPES)} or a model preset {sorted(PRESETS)}")
+    elif getattr(args, "hf_config", None) is not None:
+        model_cfg = _hf_spec(args.hf_config)
+        name = args.hf_config.stem if args.hf_config.is_file() else args.hf_config.name
+        tcfg = TrainConfig(mixture=Mixture(vocab_size=min(model_cfg.vocab_size, 256), seq_len=min(64, model_cfg.n_ctx)))
     else:
         name = args.config.stem
         try:
@@ -74,7 +86,12 @@ def resolve(args: argparse.Namespace):
         if not isinstance(spec, dict) or set(spec) - {"model", "train"} or "model" not in spec:
             raise ValueError(f"--config {str(args.config)!r} must be a JSON object with keys 'model' (required) and 'train'")
         model = spec["model"]
-        model_cfg = preset(model) if isinstance(model, str) else ModelConfig.from_dict(model)
+        if isinstance(model, str):
+            model_cfg = preset(model)
+        elif HFModelSpec.is_spec_dict(model):
+            model_cfg = HFModelSpec.from_dict(model)
+        else:
+            model_cfg = ModelConfig.from_dict(model)
         train = dict(spec.get("train", {}))
         train.setdefault("mixture", {"vocab_size": model_cfg.vocab_size})
         tcfg = TrainConfig.from_dict(train)
@@ -86,6 +103,19 @@ def resolve(args: argparse.Namespace):
     if changes:
         tcfg = tcfg.replace(**changes)
     return args.name or name, model_cfg, tcfg
+
+
+def _hf_spec(path: Path):
+    """HFModelSpec of a HuggingFace config.json (a file, or a folder holding config.json)."""
+    from transformers import AutoConfig
+
+    from phaseinterp.train.hf_model import HFModelSpec
+
+    try:
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"--hf-config {str(path)!r} is not a readable HuggingFace config: {e}") from e
+    return HFModelSpec.from_config(config)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from phaseinterp.config import ModelConfig
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.data import IGNORE, TrainBatch, make_batch
+from phaseinterp.train.hf_model import HFCausalLM, HFModelSpec, as_model_config, build_model
 from phaseinterp.train.mitigation import check_mitigation, draw_offsets, mitigated_forward
 from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_checkpoint_for_resume, save_checkpoint
 
@@ -110,7 +111,7 @@ class _Dist:
 class TrainResult:
     """What `train` returns (on every rank; `metrics` holds the lines logged by this call)."""
 
-    model: HookedCompressedTransformer
+    model: HookedCompressedTransformer | HFCausalLM  # an HFCausalLM when trained from an HF config (HF model: .hf)
     run_dir: Path
     step: int
     checkpoint: Path | None
@@ -164,12 +165,17 @@ def _prepare_log(path: Path, resumed_step: int | None) -> None:
     os.replace(tmp, path)
 
 
-def train(model_cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | os.PathLike, *, resume: str | os.PathLike | None = None,
-          until: int | None = None, progress: bool = True, name: str | None = None) -> TrainResult:
-    """Train a `HookedCompressedTransformer` from scratch or resume a run.
+def train(model_cfg: ModelConfig | HFModelSpec, tcfg: TrainConfig, run_dir: str | os.PathLike, *,
+          resume: str | os.PathLike | None = None, until: int | None = None, progress: bool = True,
+          name: str | None = None) -> TrainResult:
+    """Train a `HookedCompressedTransformer` (or a HuggingFace causal LM) from scratch or resume a run.
 
     Args:
-        model_cfg: the model; its `vocab_size` must cover the mixture's vocabulary.
+        model_cfg: the model; its `vocab_size` must cover the mixture's vocabulary. A `ModelConfig`
+            trains our model; an `HFModelSpec` or a transformers `PretrainedConfig` (e.g. a
+            `DeepseekV4Config`) trains that HF causal LM, randomly initialized by its own code
+            (`phaseinterp.train.hf_model`); `result.model` is then an `HFCausalLM`, the HF
+            model its `.hf`. Training-time mitigations and data parallelism need our model.
         tcfg: optimizer, schedule, data mixture, seed, checkpoint cadence.
         run_dir: run folder (created); holds run.json, metrics.jsonl and checkpoints/.
         resume: None (fresh run; `run_dir` must not hold checkpoints), "latest" (the newest
@@ -194,6 +200,7 @@ def train(model_cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | os.PathLike,
         >>> train(cfg, tcfg, "/tmp/phaseinterp-doctest", progress=False, resume="latest").step  # doctest: +SKIP
         2
     """
+    model_cfg = as_model_config(model_cfg)
     mix = tcfg.mixture
     if mix.vocab_size > model_cfg.vocab_size:
         raise ValueError(f"mixture.vocab_size={mix.vocab_size} is invalid: allowed <= the model's vocab_size ({model_cfg.vocab_size})")
@@ -215,10 +222,18 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
         raise ValueError(f"batch_size={tcfg.batch_size} is invalid: allowed a multiple of the number of processes ({ctx.world})")
     device = resolve_device(tcfg.device, ctx.local_rank)
     torch.manual_seed(tcfg.seed)
-    model = HookedCompressedTransformer(model_cfg, seed=tcfg.seed).to(device)
+    model = build_model(model_cfg, seed=tcfg.seed).to(device)  # ours, or an HFCausalLM (tokens -> logits)
     model.train()
     mitigation = tcfg.mitigation
-    check_mitigation(model, mitigation)
+    if isinstance(model, HFCausalLM):
+        if mitigation.active:
+            raise ValueError(f"mitigation={mitigation} is invalid for a HuggingFace model ({model_cfg.architecture}): "
+                             "mitigations act on HookedCompressedTransformer compressors; allowed Mitigation()")
+        if ctx.world > 1:
+            raise ValueError(f"data parallel training of a HuggingFace model ({model_cfg.architecture}) is not supported "
+                             f"(world size {ctx.world}): allowed with one process")
+    else:
+        check_mitigation(model, mitigation)
     if mitigation.random_offsets and ctx.world > 1:
         raise ValueError("mitigation.random_offsets=True is not supported with data parallel training "
                          f"(world size {ctx.world}): allowed with one process")

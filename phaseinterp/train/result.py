@@ -76,9 +76,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 512, task_seed: in
         curves[card["name"]] = curve
         protocols[card["name"]] = task_kwargs
         s = curve.summary()
-        compressed = [c for c in card["model_config"]["layers"] if c != "full"]
-        arch = "full attention" if not compressed else ", ".join(sorted({
-            f"W{c['window']}/S{c['stride']} {c['gate']}" + (" tied" if c["kv"] == "tied" else "") for c in compressed}))
+        arch = _architecture(card["model_config"])
         rows.append({"model": card["name"], "architecture": arch, "seed": card["seed"], "S": s["stride"],
                      "mean": s["mean"], "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"],
                      "gap_lo_pp": s["gap_interval_pp"][0], "gap_hi_pp": s["gap_interval_pp"][1],
@@ -97,6 +95,17 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 512, task_seed: in
     (out / "periodicity.md").write_text(_markdown(table, n_per_residue, protocol))
     save_html(phase_figure(curves), out / "overlay.html", include_plotlyjs="cdn")  # small file; needs the network to view
     return table
+
+
+def _architecture(model_config: dict[str, Any]) -> str:
+    """Short description of a card's model: compressors, or the HF architecture and layer schedule."""
+    from phaseinterp.train.hf_model import HFModelSpec
+
+    if HFModelSpec.is_spec_dict(model_config):
+        return HFModelSpec.from_dict(model_config).describe()
+    compressed = [c for c in model_config["layers"] if c != "full"]
+    return "full attention" if not compressed else ", ".join(sorted({
+        f"W{c['window']}/S{c['stride']} {c['gate']}" + (" tied" if c["kv"] == "tied" else "") for c in compressed}))
 
 
 def _markdown(table: pd.DataFrame, n_per_residue: int, protocol: str) -> str:

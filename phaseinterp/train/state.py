@@ -3,8 +3,9 @@ training-state file (optimizer and RNG state) for exact resume.
 
 Layout under a run's `checkpoints/` folder, N = step zero-padded to 6 digits:
 
-    step_N.safetensors   weights + config; metadata "extra" holds step, seed, train config,
-                         metrics at that step, and the state file's name and sha256
+    step_N.safetensors   weights + config (a HuggingFace model in the HF checkpoint format, see
+                         `phaseinterp.checkpoint`); metadata "extra" holds step, seed, train
+                         config, metrics at that step, and the state file's name and sha256
     step_N.state.pt      torch.save({format, step, optimizer, train_config, model_config,
                          world_size, torch_rng}); only the newest `keep_states` are kept
 
@@ -113,6 +114,13 @@ def _first_difference(saved: dict, given: dict, ignore: tuple[str, ...] = ()) ->
     return None
 
 
+def _model_kind(config: dict) -> str:
+    """What a stored model config describes: our model or which HuggingFace architecture."""
+    from phaseinterp.train.hf_model import HFModelSpec
+
+    return f"HuggingFace {config['architecture']}" if HFModelSpec.is_spec_dict(config) else "HookedCompressedTransformer"
+
+
 def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.optim.Optimizer, tcfg: TrainConfig) -> int:
     """Restore weights, optimizer and RNG state from checkpoint `path` into `model` and
     `optimizer`; return its step.
@@ -130,7 +138,15 @@ def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.
     extra = meta["extra"]
     if not {"step", "state_file", "state_sha256", "train_config"} <= set(extra):
         raise ValueError(f"{str(path)!r} is a model checkpoint without training state (not written by the trainer); cannot resume from it")
-    diff = _first_difference(_canonical(meta["config"]), _canonical(model.cfg.to_dict()))
+    saved_kind, this_kind = _model_kind(meta["config"]), _model_kind(model.cfg.to_dict())
+    if saved_kind != this_kind:
+        raise ValueError(f"cannot resume from {str(path)!r}: it holds a {saved_kind} but this run trains a {this_kind}")
+    saved_cfg = meta["config"]
+    if this_kind != "HookedCompressedTransformer":  # HF config dicts: through the config class, like the run's
+        from phaseinterp.train.hf_model import HFModelSpec
+
+        saved_cfg = HFModelSpec.from_dict(saved_cfg).to_dict()
+    diff = _first_difference(_canonical(saved_cfg), _canonical(model.cfg.to_dict()))
     if diff:
         raise ValueError(f"cannot resume from {str(path)!r}: model config field {diff[0]!r} is {diff[1]!r} in the checkpoint "
                          f"but {diff[2]!r} in this run")
