@@ -21,7 +21,7 @@ TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 NOTEBOOKS = sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 SOURCES = sorted(TUTORIALS.glob("[0-9][0-9]_*.py"))
 TOPICS = ["01_quickstart", "02_hooks_and_gates", "03_knockout_maps", "04_patching_and_attribution",
-          "05_training", "06_huggingface_nnsight", "07_theory"]
+          "05_training", "06_huggingface_nnsight", "07_theory", "08_mitigations"]
 TIMEOUT_S = 300  # per cell; each tutorial takes well under a minute here
 
 

@@ -3,7 +3,8 @@
 Sections: phase curves and the periodicity table of every shipped checkpoint; knockout
 specialization maps (a compressed model and full attention); gate statistics, profiles, the
 (static, per-window) plane, gate cycling and gate dynamics; the theory simulator; and the tiny
-HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip). A section that fails is
+HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip); and the mitigation
+experiment's shipped results (`phaseinterp mitigate`). A section that fails is
 reported in the page and on stderr, and the command exits non-zero.
 """
 
@@ -164,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
+    from phaseinterp.mitigate.section import mitigation_section
     from phaseinterp.report import versions, write_report
 
     torch.set_num_threads(1)
@@ -178,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         ("gates", lambda: gates(ckpts, n, n_boot)),
         ("theory", lambda: theory(args.quick)),
         ("deepseek-v4", lambda: deepseek(args.quick)),
+        ("mitigations", mitigation_section),
     ]
     from phaseinterp.report import Section
 

@@ -126,9 +126,10 @@ def run_one(name: str, seed: int, out: str, settings: Settings) -> dict[str, Any
     }
 
 
-#: a run "learned" when its mean accuracy is at least this (chance is about 1 / n_records = 10%): a
-#: run that never retrieves has a small gap for the wrong reason
-LEARNED = 0.3
+#: a run "learned" when its mean accuracy is at least this: chance is 1 / n_records = 10%, and 25% for
+#: a model that only excludes the demonstrated values; a run that never retrieves has a small gap
+#: for the wrong reason
+LEARNED = 0.4
 
 
 def summarize(rows: pd.DataFrame) -> pd.DataFrame:
