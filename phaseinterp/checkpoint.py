@@ -40,6 +40,12 @@ def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Pat
         "phaseinterp_version": __version__,
         "extra": json.dumps(extra or {}),
     }
+    return _write_atomically(tensors, metadata, path)
+
+
+def _write_atomically(tensors: dict, metadata: dict, path: Path) -> Path:
+    """safetensors file written to a temporary name, then renamed: a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -123,18 +129,7 @@ def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
         "phaseinterp_version": __version__,
         "extra": json.dumps(extra or {}),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata=metadata)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    return _write_atomically(tensors, metadata, path)
 
 
 def _load_hf_checkpoint(path: str | os.PathLike, meta: dict, device: str):
