@@ -164,8 +164,8 @@ def test_regularized_and_offset_training_runs_and_records_its_mitigation(tmp_pat
     import json
 
     assert json.loads((tmp_path / "run" / "run.json").read_text())["train_config"]["mitigation"] == mit.to_dict()
-    resumed = train(cfg, tcfg.replace(steps=4), tmp_path / "run2", progress=False)
-    assert resumed.step == 4
+    with pytest.raises(ValueError, match=r"mitigation.random_offsets. is True in the checkpoint but False"):
+        train(cfg, tcfg.replace(mitigation=Mitigation()), tmp_path / "run", resume="latest", progress=False)
 
 
 @pytest.mark.parametrize("cc", [dataclasses.replace(W4S4, grid_offset=2, chunkings=2),
