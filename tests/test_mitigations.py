@@ -164,7 +164,7 @@ def test_regularized_and_offset_training_runs_and_records_its_mitigation(tmp_pat
     import json
 
     assert json.loads((tmp_path / "run" / "run.json").read_text())["train_config"]["mitigation"] == mit.to_dict()
-    with pytest.raises(ValueError, match=r"mitigation.random_offsets. is True in the checkpoint but False"):
+    with pytest.raises(ValueError, match=r"field 'mitigation.coverage_weight' is 0.5 in the checkpoint but 0.0"):
         train(cfg, tcfg.replace(mitigation=Mitigation()), tmp_path / "run", resume="latest", progress=False)
 
 
