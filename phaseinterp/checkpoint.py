@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 FORMAT = "phaseinterp-checkpoint-v1"
 HF_FORMAT = "phaseinterp-hf-checkpoint-v1"
@@ -32,7 +32,6 @@ def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Pat
     if getattr(model, "is_hf_causal_lm", False):
         return save_hf(model, path, extra=extra)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     metadata = {
         "format": FORMAT,
@@ -86,8 +85,6 @@ def load(path: str | os.PathLike, device: str = "cpu"):
     Example:
         >>> model = phaseinterp.load("assets/checkpoints/w4s4.safetensors")  # doctest: +SKIP
     """
-    from safetensors.torch import load_file
-
     from phaseinterp.config import ModelConfig
     from phaseinterp.model import HookedCompressedTransformer
 
@@ -95,19 +92,23 @@ def load(path: str | os.PathLike, device: str = "cpu"):
     if meta["format"] == HF_FORMAT:
         return _load_hf_checkpoint(path, meta, device)
     model = HookedCompressedTransformer(ModelConfig.from_dict(meta["config"]))
+    model.load_state_dict(_read_tensors(path, model.state_dict(), device))
+    return model.to(device).eval()
+
+
+def _read_tensors(path: str | os.PathLike, expected: dict, device: str) -> dict:
+    """The checkpoint's tensors, checked against the state dict its config builds (names, shapes)."""
     try:
         tensors = load_file(str(path), device=device)
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{str(path)!r}: could not read tensors (truncated or corrupt?): {e}") from e
-    expected = model.state_dict()
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise ValueError(f"{str(path)!r} does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
     for name, t in tensors.items():
         if t.shape != expected[name].shape:
             raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
-    model.load_state_dict(tensors)
-    return model.to(device).eval()
+    return tensors
 
 
 # ---- HuggingFace causal LMs (phaseinterp.train.hf_model.HFCausalLM) -----------------------------
@@ -120,7 +121,6 @@ def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
     from phaseinterp import __version__
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().clone().contiguous() for k, v in model.hf.state_dict().items()}
     metadata = {
         "format": HF_FORMAT,
@@ -133,24 +133,10 @@ def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
 
 
 def _load_hf_checkpoint(path: str | os.PathLike, meta: dict, device: str):
-    from safetensors.torch import load_file
-
     from phaseinterp.train.hf_model import HFModelSpec
 
-    spec = HFModelSpec.from_dict(meta["config"])
-    model = spec.build(seed=0)
-    try:
-        tensors = load_file(str(path), device="cpu")
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ValueError(f"{str(path)!r}: could not read tensors (truncated or corrupt?): {e}") from e
-    expected = model.hf.state_dict()
-    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"{str(path)!r} does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    for name, t in tensors.items():
-        if t.shape != expected[name].shape:
-            raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
-    model.hf.load_state_dict(tensors)
+    model = HFModelSpec.from_dict(meta["config"]).build(seed=0)
+    model.hf.load_state_dict(_read_tensors(path, model.hf.state_dict(), "cpu"))
     return model.to(device).eval()
 
 

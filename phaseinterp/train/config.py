@@ -83,19 +83,21 @@ class TrainConfig:
         object.__setattr__(self, "betas", betas)
         _num("grad_clip", self.grad_clip, 0.0)
         _int("seed", self.seed, 0)
-        if isinstance(self.mixture, dict):
-            object.__setattr__(self, "mixture", Mixture.from_dict(self.mixture))
-        if not isinstance(self.mixture, Mixture):
-            raise _bad("mixture", self.mixture, "a Mixture (or its dict)")
+        self._coerce("mixture", Mixture)
         _int("checkpoint_every", self.checkpoint_every, 1)
         _int("keep_states", self.keep_states, 1)
         _int("log_every", self.log_every, 1)
-        if isinstance(self.mitigation, dict):
-            object.__setattr__(self, "mitigation", Mitigation.from_dict(self.mitigation))
-        if not isinstance(self.mitigation, Mitigation):
-            raise _bad("mitigation", self.mitigation, "a Mitigation (or its dict)")
+        self._coerce("mitigation", Mitigation)
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise _bad("device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+    def _coerce(self, name: str, cls: type) -> None:
+        """Accept the field as an instance of `cls` or its dict (as read back from JSON)."""
+        value = getattr(self, name)
+        if isinstance(value, dict):
+            object.__setattr__(self, name, cls.from_dict(value))
+        elif not isinstance(value, cls):
+            raise _bad(name, value, f"a {cls.__name__} (or its dict)")
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step `step` (0-based): linear warm-up, then cosine decay."""

@@ -130,6 +130,14 @@ def draw_offsets(modulus: int, seed: int, step: int, batch_size: int) -> np.ndar
     return np.random.default_rng([seed, step, 0x6F66]).integers(0, modulus, size=batch_size)
 
 
+def _chunkings(cc, n: int, device) -> list[Tensor]:
+    """Per chunking, a mask of its entries among the first n whose window starts at position >= 0."""
+    starts = window_starts(cc, n, device)
+    index = torch.arange(n, device=device)
+    masks = [(index % cc.chunkings == c) & (starts >= 0) for c in range(cc.chunkings)]
+    return [m for m in masks if m.any()]
+
+
 def _phase_profiles(gate: Tensor, comp: Compressor) -> list[Tensor]:
     """Phase profiles [S] of one key branch, one per (chunking, KV head); entries whose window
     starts before position 0 are skipped."""
@@ -139,10 +147,7 @@ def _phase_profiles(gate: Tensor, comp: Compressor) -> list[Tensor]:
     phase = (starts[:, None] + torch.arange(cc.window, device=gate.device)) % cc.stride  # [n, W]
     a = gate.float().reshape(*gate.shape[:4], -1).mean(-1)  # [b, n, W, kv_head], channels averaged
     out = []
-    for c in range(cc.chunkings):
-        keep = (torch.arange(n, device=gate.device) % cc.chunkings == c) & (starts >= 0)
-        if not keep.any():
-            continue
+    for keep in _chunkings(cc, n, gate.device):
         one_hot = torch.nn.functional.one_hot(phase[keep], cc.stride).to(a.dtype)  # [n', W, S]
         prof = torch.einsum("bnwh,nws->hs", a[:, keep], one_hot) / (a.shape[0] * int(keep.sum()))
         out.extend(prof.unbind(0))
@@ -171,11 +176,7 @@ def static_entropy_penalty(gates: list[tuple[Compressor, Tensor]]) -> Tensor:
         cc = comp.cc
         if cc.gate == "uniform":
             continue
-        starts = window_starts(cc, gate.shape[1], gate.device)
-        for c in range(cc.chunkings):
-            keep = (torch.arange(gate.shape[1], device=gate.device) % cc.chunkings == c) & (starts >= 0)
-            if not keep.any():
-                continue
+        for keep in _chunkings(cc, gate.shape[1], gate.device):
             mean = gate[:, keep].float().mean(dim=(0, 1)).movedim(0, -1)  # [kv_head(, d), W]
             h = -(mean * mean.clamp_min(1e-12).log()).sum(-1)
             terms.append((math.log(cc.window) - h).flatten())
