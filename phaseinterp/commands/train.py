@@ -1,6 +1,8 @@
 """`phaseinterp train`: pretrain a model on the synthetic lookup + language mixture.
 
     phaseinterp train --preset w4s4 --out runs/w4s4
+    phaseinterp train --recipe rule --window 6 --stride 6 --out runs/w6s6   # any compressor, by the recipe rule
+    phaseinterp train --recipe zoo --member w8s8-kv4 --seed 1 --out runs/z   # a zoo member
     phaseinterp train --config run.json --steps 500 --out runs/mine
     phaseinterp train --preset w4s4 --out runs/w4s4 --resume          # continue the newest checkpoint
     phaseinterp train --preset hf-deepseek-v4 --out runs/hf-v4        # a tiny HF DeepseekV4ForCausalLM
@@ -19,7 +21,9 @@ from typing import Any
 DESCRIPTION = """Train a model and write OUT/run.json, OUT/metrics.jsonl, OUT/checkpoints/ and
 OUT/card.json. --preset takes a training recipe (see `phaseinterp.train.RECIPES`: the shipped
 checkpoints) or a model preset (trained with the default TrainConfig, its mixture over the model's
-whole vocabulary). --config takes a JSON file
+whole vocabulary). --recipe rule builds model and training config for any compressor by the
+recipe rule (--window, --stride, --gate, --kv-heads, --no-rope, --layout; docs/training.md);
+--recipe zoo --member NAME trains a member of the shipped zoo (`phaseinterp.train.zoo.ZOO`). --config takes a JSON file
 {"model": PRESET_NAME or ModelConfig fields or an HF model {"architecture": ..., "hf_config": {...}},
 "train": TrainConfig fields (with "mixture")}. --hf-config takes a HuggingFace config.json (or a
 folder holding one) and trains that causal LM from a random init with the default TrainConfig
@@ -33,9 +37,19 @@ def register(subparsers: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="training recipe or model preset name")
     src.add_argument("--config", type=Path, help="JSON file with 'model' and 'train'")
+    src.add_argument("--recipe", choices=("rule", "zoo"), help="'rule': the recipe rule for --window/--stride/...; "
+                     "'zoo': the rule's config of zoo --member NAME")
     src.add_argument("--hf-config", type=Path, metavar="FILE",
                      help="HuggingFace config.json (or its folder): train that causal LM from a random init")
     p.add_argument("--out", type=Path, required=True, help="run folder")
+    rule = p.add_argument_group("recipe rule (with --recipe rule)")
+    rule.add_argument("--window", type=int, help="W: tokens folded into one entry")
+    rule.add_argument("--stride", type=int, help="S: tokens between window starts")
+    rule.add_argument("--gate", help="scalar (default), vector or uniform (deepseek-csa: vector)")
+    rule.add_argument("--kv-heads", type=int, default=1, help="KV heads per layer: 1 (default), 2 or 4")
+    rule.add_argument("--no-rope", action="store_true", help="no RoPE in the compressed layers")
+    rule.add_argument("--layout", default="generic", help="generic (default; needs --window/--stride), deepseek-csa or full")
+    rule.add_argument("--member", help="with --recipe zoo: the zoo member (see phaseinterp.train.zoo.ZOO)")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
     p.add_argument("--seed", type=int, help="seed (default: the recipe's)")
     p.add_argument("--batch-size", type=int, help="global batch size")
@@ -64,7 +78,9 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
     from phaseinterp.train.hf_model import HFModelSpec
 
-    if args.preset is not None:
+    if getattr(args, "recipe", None) is not None:
+        name, model_cfg, tcfg = _from_rule(args)
+    elif args.preset is not None:
         name = args.preset
         if name in RECIPES:
             model_cfg, tcfg = recipe(name)
@@ -103,6 +119,25 @@ def resolve(args: argparse.Namespace):
     if changes:
         tcfg = tcfg.replace(**changes)
     return args.name or name, model_cfg, tcfg
+
+
+def _from_rule(args: argparse.Namespace):
+    """(name, ModelConfig, TrainConfig) of --recipe rule / zoo (the seed is set by the caller)."""
+    from phaseinterp.train import zoo
+
+    seed = 0 if args.seed is None else args.seed
+    if args.recipe == "zoo":
+        if args.member is None:
+            raise ValueError(f"--recipe zoo needs --member: allowed {sorted(zoo.ZOO)}")
+        return f"zoo-{args.member}-s{seed}", *zoo.zoo_recipe(args.member, seed=seed)
+    if args.member is not None:
+        raise ValueError("--member is for --recipe zoo; --recipe rule takes --window/--stride/--gate/--kv-heads/--no-rope/--layout")
+    model_cfg, tcfg = zoo.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=args.kv_heads,
+                                      rope=not args.no_rope, layout=args.layout, seed=seed)
+    shape = args.layout if args.layout != "generic" else f"w{args.window}s{args.stride}"
+    extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{args.kv_heads}" if args.kv_heads != 1 else "",
+                      "-norope" if args.no_rope else ""])
+    return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg
 
 
 def _hf_spec(path: Path):

@@ -7,7 +7,7 @@ import difflib
 from typing import Any, Callable, Literal
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from phaseinterp.config import ModelConfig
@@ -100,8 +100,18 @@ class HookedCompressedTransformer(HookedRootModule):
         self,
         tokens: Int[Tensor, "batch pos"],
         return_type: Literal["logits", "loss", "both"] | None = "logits",
+        *,
+        at: Bool[Tensor, "batch pos"] | None = None,
     ) -> Any:
-        """Logits [batch, pos, vocab]; "loss" is the mean next-token cross-entropy."""
+        """Logits [batch, pos, vocab]; "loss" is the mean next-token cross-entropy.
+
+        `at` (a boolean mask, logits only): unembed only the marked positions and return their
+        logits as [n_marked, vocab] in row-major order. Training uses it to skip the unembedding
+        of positions without a loss; `ln_final`'s hooks then see [n_marked, d_model].
+        """
+        if at is not None and (return_type != "logits" or at.shape != tokens.shape or at.dtype != torch.bool):
+            raise ValueError(f"at= needs return_type='logits' and a bool mask of the tokens' shape {tuple(tokens.shape)}; "
+                             f"got return_type={return_type!r}, mask {at.dtype} {tuple(at.shape)}")
         if tokens.ndim != 2:
             raise ValueError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
         if tokens.shape[1] > self.cfg.n_ctx:
@@ -112,6 +122,8 @@ class HookedCompressedTransformer(HookedRootModule):
         resid = self.hook_embed(self.W_E[tokens])
         for block in self.blocks:
             resid = block(resid)
+        if at is not None:
+            resid = resid[at]
         logits = self.ln_final(resid) @ self.W_unembed
         if return_type in ("logits", None):
             return logits if return_type else None

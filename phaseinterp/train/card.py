@@ -24,9 +24,18 @@ CARD_FORMAT = "phaseinterp-card-v1"
 
 
 def make_card(result: TrainResult, model_cfg: ModelConfig, tcfg: TrainConfig, *, name: str, eval_examples: int = 512,
-              modulus: int = 8, world_size: int = 1) -> dict[str, Any]:
-    """The card of a finished run (evaluates the phase curve of `result.model`)."""
+              modulus: int | None = None, world_size: int = 1) -> dict[str, Any]:
+    """The card of a finished run (evaluates the phase curve of `result.model` by residue mod
+    `modulus`; default `zoo.period` of the model's strides when the rows can place the needle at
+    that many residues, else 8; 8 for full attention and HF models)."""
+    from phaseinterp.tasks import RecordLookup
+    from phaseinterp.train.zoo import period
+
     mix = tcfg.mixture
+    if modulus is None:
+        modulus = period(getattr(model_cfg, "residue_modulus", None))
+        if RecordLookup(**mix.eval_task_kwargs()).min_seq_len(modulus) > mix.seq_len:
+            modulus = 8
     final = {}
     log = Path(result.run_dir) / "metrics.jsonl"
     if log.is_file():

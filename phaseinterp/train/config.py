@@ -13,7 +13,7 @@ from phaseinterp.train.data import Mixture, _bad, _int
 from phaseinterp.train.mitigation import Mitigation
 
 # Fields that do not change the trajectory (may differ when resuming).
-RESUMABLE_FIELDS = ("checkpoint_every", "keep_states", "log_every", "device")
+RESUMABLE_FIELDS = ("checkpoint_every", "keep_states", "log_every", "device", "compile")
 
 
 def _num(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> None:
@@ -50,6 +50,9 @@ class TrainConfig:
         log_every: append a metrics line every this many steps (and at the last step).
         device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
         mitigation: training-time mitigations of phase sensitivity (`phaseinterp.train.mitigation`).
+        compile: run the forward pass through `torch.compile` (needs a C++ compiler on CPU; costs
+            10-60 s of compilation, then about 1.2x the steps per second on the tiny models; results
+            match eager mode to float rounding, not bit for bit). Not with mitigations or HF models.
     """
 
     steps: int = 2000
@@ -67,6 +70,7 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"
     mitigation: Mitigation = field(default_factory=Mitigation)
+    compile: bool = False
 
     def __post_init__(self) -> None:
         _int("steps", self.steps, 1)
@@ -88,6 +92,8 @@ class TrainConfig:
         _int("keep_states", self.keep_states, 1)
         _int("log_every", self.log_every, 1)
         self._coerce("mitigation", Mitigation)
+        if not isinstance(self.compile, bool):
+            raise _bad("compile", self.compile, "True or False")
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise _bad("device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
 

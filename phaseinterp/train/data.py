@@ -78,6 +78,9 @@ class Mixture:
         curriculum_steps: for the first `curriculum_steps` steps the haystack is shortened: the
             number of records is capped by a limit growing linearly from `min_records` to
             `max_records` (0 = no curriculum).
+        sparse_start: during the curriculum the share of contiguous rows also grows linearly,
+            from 0 to `contiguous_fraction`, so early haystacks hold few records spread over the
+            row (about one per compressed window) and later ones are dense.
 
     Example:
         >>> mix = Mixture(vocab_size=256, seq_len=64)
@@ -100,6 +103,7 @@ class Mixture:
     bos_id: int = 0
     filler_fraction: float = 0.125
     curriculum_steps: int = 500
+    sparse_start: bool = False
 
     def __post_init__(self) -> None:
         _int("vocab_size", self.vocab_size, 8)
@@ -115,6 +119,8 @@ class Mixture:
         _int("lm_seed", self.lm_seed, 0)
         _int("bos_id", self.bos_id, 0, self.vocab_size - 1)
         _int("curriculum_steps", self.curriculum_steps, 0)
+        if not isinstance(self.sparse_start, bool):
+            raise _bad("sparse_start", self.sparse_start, "True or False")
         if not (isinstance(self.filler_fraction, (int, float)) and 0 < self.filler_fraction <= 0.5):
             raise _bad("filler_fraction", self.filler_fraction, "a number in (0, 0.5]")
         need = 1 + 2 * self.max_records + 2 * self.max_demos + 1
@@ -143,6 +149,12 @@ class Mixture:
             return self.max_records
         span = self.max_records - self.min_records
         return self.min_records + (span * step) // self.curriculum_steps
+
+    def contiguous_at(self, step: int) -> float:
+        """Share of contiguous lookup rows at `step` (`sparse_start` ramps it up)."""
+        if not self.sparse_start or self.curriculum_steps == 0 or step >= self.curriculum_steps:
+            return self.contiguous_fraction
+        return self.contiguous_fraction * step / self.curriculum_steps
 
     def eval_task_kwargs(self, n_records: int | None = None, n_demos: int | None = None, protocol: str = "prefix") -> dict[str, Any]:
         """Keyword arguments of a `RecordLookup` matched to this mixture: same vocabulary split and
@@ -215,7 +227,7 @@ def _uniform_phase_offset(free: int, rng: np.random.Generator) -> int:
     return shift + int(rng.integers(length))
 
 
-def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, tok, tgt, wts, qry) -> None:
+def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, contiguous: float, tok, tgt, wts, qry) -> None:
     pools, T = mix.pools, mix.seq_len
     n = int(rng.integers(mix.min_records, limit + 1))
     d = min(int(rng.integers(mix.min_demos, mix.max_demos + 1)), n - 1)
@@ -230,7 +242,7 @@ def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, tok, tgt, wt
     # before and after it is split at random among the gaps (contiguous rows: one block)
     before = _uniform_phase_offset(free, rng)
     after = free - before
-    if rng.random() < mix.contiguous_fraction:
+    if rng.random() < contiguous:
         gaps = np.zeros(n + 1, dtype=np.int64)
         gaps[0], gaps[n] = before, after
     else:
@@ -291,6 +303,7 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
     wts = np.zeros((batch_size, T), dtype=np.float32)
     qry = np.zeros((batch_size, T), dtype=bool)
     limit = mixture.records_limit(step)
+    contiguous = mixture.contiguous_at(step)
     rng = np.random.default_rng([seed, step, 0x7EA1])
     kinds = rng.random(batch_size) < mixture.lm_fraction
     lm_rows = np.flatnonzero(kinds)
@@ -299,7 +312,7 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
         tgt[lm_rows, :-1] = tok[lm_rows, 1:]
         wts[lm_rows, :-1] = mixture.lm_weight
     for b in np.flatnonzero(~kinds):
-        _lookup_row(mixture, rng, limit, tok[b], tgt[b], wts[b], qry[b])
+        _lookup_row(mixture, rng, limit, contiguous, tok[b], tgt[b], wts[b], qry[b])
     lookup = (tgt != IGNORE) & ~kinds[:, None]
     return TrainBatch(torch.from_numpy(tok), torch.from_numpy(tgt), torch.from_numpy(wts),
                       torch.from_numpy(qry), torch.from_numpy(lookup))

@@ -13,14 +13,18 @@ from phaseinterp.measure.intervals import wilson_interval
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.data import Mixture
 
+#: A run "learned" when its best residue reaches this accuracy on the matched task: it retrieves
+#: through the compressed cache at some phase (a compressed model may fail the others: the effect).
+LEARNED_BEST = 0.8
+
 
 @torch.no_grad()
 def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int = 256, seed: int = 1000,
                 protocol: str = "prefix", batch_size: int = 256, **task_overrides: Any) -> dict[str, Any]:
     """Top-1 accuracy of `model` by target key position mod `modulus` on a matched
     `RecordLookup`, as a JSON-ready dict (accuracy per residue with 95% Wilson intervals, mean,
-    worst, best, gap in points, and mean |A(r) - A(r + S)| in points for every S dividing the
-    modulus).
+    worst, best, gap in points, mean |A(r) - A(r + S)| in points for every S dividing the
+    modulus, and `learned`: best >= `LEARNED_BEST`).
 
     Args:
         model: a HookedCompressedTransformer (or any tokens -> logits module).
@@ -65,8 +69,9 @@ def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int
         "wilson_95": [[round(float(a), 4), round(float(b), 4)] for a, b in zip(lo, hi)],
         "mean": round(float(acc.mean()), 4), "worst": round(float(acc.min()), 4), "best": round(float(acc.max()), 4),
         "gap_pp": round(float(100 * (acc.max() - acc.min())), 2),
+        "learned": bool(acc.max() >= LEARNED_BEST),
         "periodicity_pp": {s: round(v, 2) for s, v in periodicity.items()},
     }
 
 
-__all__ = ["phase_curve"]
+__all__ = ["LEARNED_BEST", "phase_curve"]

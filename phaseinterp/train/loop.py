@@ -128,19 +128,36 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
 
 
 def batch_sums(logits: Tensor, batch: TrainBatch) -> tuple[Tensor, Tensor]:
-    """(weighted CE sum, metric sums in `_SUMS` order) for one (shard of a) batch."""
-    B, T, V = logits.shape
-    ce = F.cross_entropy(logits.reshape(B * T, V).float(), batch.targets.reshape(-1), ignore_index=IGNORE,
-                         reduction="none").view(B, T)
-    wloss = (ce * batch.weights).sum()
+    """(weighted CE sum, metric sums in `_SUMS` order) for one (shard of a) batch.
+
+    `logits` are [batch, pos, vocab], or [n, vocab] at the positions that have a target
+    (`batch.targets != IGNORE`, row-major), which is what the trainer computes.
+    """
+    has_target = batch.targets != IGNORE
+    if logits.ndim == 3:
+        logits = logits[has_target]
+    targets, weights = batch.targets[has_target], batch.weights[has_target]
+    lookup, query = batch.lookup[has_target], batch.query[has_target]
+    ce = F.cross_entropy(logits.float(), targets, reduction="none")
+    wloss = (ce * weights).sum()
     with torch.no_grad():
-        correct = logits.argmax(-1) == batch.targets
-        lm = (batch.targets != IGNORE) & ~batch.lookup
+        correct = logits.argmax(-1) == targets
         sums = torch.stack([
-            wloss.detach(), ce[batch.lookup].sum(), batch.lookup.sum(), ce[lm].sum(), lm.sum(),
-            correct[batch.query].sum(), batch.query.sum(), correct[batch.lookup].sum(),
+            wloss.detach(), ce[lookup].sum(), lookup.sum(), ce[~lookup].sum(), (~lookup).sum(),
+            correct[query].sum(), query.sum(), correct[lookup].sum(),
         ]).double()
     return wloss, sums
+
+
+def step_logits(forward, model, batch: TrainBatch, mitigation, offsets) -> tuple[Tensor, Tensor | float]:
+    """(logits [n, vocab] at the positions with a target, mitigation penalty) of one training
+    batch. Our model unembeds only those positions (`at=`); other models and shifted grids
+    compute every position's logits and drop the rest."""
+    has_target = batch.targets != IGNORE
+    if offsets is None and isinstance(model, HookedCompressedTransformer):
+        return mitigated_forward(lambda tokens: forward(tokens, at=has_target), model, batch.tokens, mitigation, None)
+    logits, reg = mitigated_forward(forward, model, batch.tokens, mitigation, offsets)
+    return logits[has_target], reg
 
 
 def _summary(sums: Tensor, steps: int) -> dict[str, float]:
@@ -237,8 +254,12 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
     if mitigation.random_offsets and ctx.world > 1:
         raise ValueError("mitigation.random_offsets=True is not supported with data parallel training "
                          f"(world size {ctx.world}): allowed with one process")
+    if tcfg.compile and (mitigation.active or isinstance(model, HFCausalLM)):
+        raise ValueError("compile=True is invalid with training-time mitigations or a HuggingFace model "
+                         "(their hooks and wrappers are not compiled): allowed compile=False")
+    # foreach: one fused kernel per update kind instead of one per parameter (~1.4x per step on CPU)
     opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
-                            weight_decay=tcfg.weight_decay, foreach=device.type == "cuda")
+                            weight_decay=tcfg.weight_decay, foreach=True)
     start, prior_elapsed, prior_cpu = 0, 0.0, 0.0
     if resume == "latest":
         resume = latest_checkpoint(run_dir)
@@ -265,6 +286,8 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if tcfg.compile:
+        wrapped = torch.compile(wrapped)
     shard = tcfg.batch_size // ctx.world
     params = [p for p in model.parameters()]
     window = torch.zeros(len(_SUMS), dtype=torch.float64)
@@ -283,13 +306,13 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
         offsets = None
         if mitigation.random_offsets:
             offsets = draw_offsets(model_cfg.residue_modulus, tcfg.seed, step, tcfg.batch_size)
-        logits, reg = mitigated_forward(wrapped, model, batch.tokens, mitigation, offsets)
+        logits, reg = step_logits(wrapped, model, batch, mitigation, offsets)
         wloss, sums = batch_sums(logits, batch)
         # each process adds 1/world of its penalty: DDP's gradient average then equals the mean penalty's
         loss = wloss / max(total_weight, 1e-12) + reg / ctx.world
         (loss * ctx.world).backward()
         if tcfg.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip, foreach=True)
         else:
             grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
         opt.step()
@@ -327,4 +350,4 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
                        wall_time_s=prior_elapsed + time.perf_counter() - t0, rank=ctx.rank, world_size=ctx.world)
 
 
-__all__ = ["TrainResult", "batch_sums", "resolve_device", "train", "versions"]
+__all__ = ["TrainResult", "batch_sums", "resolve_device", "step_logits", "train", "versions"]

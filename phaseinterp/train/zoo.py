@@ -1,0 +1,151 @@
+"""The recipe rule: model and training config for any compressor, and the zoo trained with it.
+
+`rule_recipe(window, stride, ...)` builds a `(ModelConfig, TrainConfig)` by one documented rule
+(docs/training.md, "The recipe rule"), so a stride that is not in the zoo trains the same way as
+those that are:
+
+- model: Qwen3-style, 2 layers, d_model `WIDTH`, 4 query heads of `D_HEAD`, SwiGLU 3 x d_model,
+  `kv_heads` KV heads, both layers compressed alike (or full attention), exact local window 16;
+- data: the shared lookup + language mixture (`recipes.MIXTURE`) with a haystack curriculum that
+  starts sparse (`Mixture.sparse_start`: 1 record, records spread over the row) and reaches the
+  dense matched task after `CURRICULUM_FRACTION` of the run; rows long enough to place the needle
+  at every residue mod `period(stride)` (lcm(S, 8), at least 2S) with position matching;
+- optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
+
+"Learned" = the best residue reaches `LEARNED_BEST` on the matched task (a compressed model may
+still fail most residues: that is the effect). `ZOO` names the configs shipped in
+`assets/checkpoints/zoo-*` (two seeds each).
+
+Example:
+    >>> model_cfg, tcfg = rule_recipe(6, 6)
+    >>> model_cfg.strides, model_cfg.d_model, tcfg.mixture.seq_len, period(6)
+    ((6,), 128, 112, 24)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from phaseinterp.config import CompressionConfig, ModelConfig, uniform_schedule
+from phaseinterp.presets import DEEPSEEK_CSA
+from phaseinterp.tasks import RecordLookup
+from phaseinterp.train.config import TrainConfig
+from phaseinterp.train.evaluate import LEARNED_BEST
+from phaseinterp.train.recipes import MIXTURE, TRAIN, VOCAB
+
+WIDTH = 128
+D_HEAD = 32
+N_HEADS = 4
+LOCAL_WINDOW = 16
+CURRICULUM_FRACTION = 0.5
+LAYOUTS = ("generic", "deepseek-csa", "full")
+
+
+def period(stride: int | None) -> int:
+    """Residue modulus R of the zoo's tables: lcm(S, 8), doubled until it holds two periods of S
+    (so "A(r) = A(r + S)" can be tested): S = 2, 4 -> 8; 6, 12 -> 24; 8 -> 16; 16 -> 32; full
+    attention -> 8."""
+    if stride is None:
+        return 8
+    R = math.lcm(stride, 8)
+    while R < 2 * stride:
+        R *= 2
+    return R
+
+
+def steps_for(window: int | None) -> int:
+    """Training steps of the rule: 4000, plus 500 per compressed token beyond 4 (W8: 6000, W16: 10000)."""
+    return 4000 if window is None else 4000 + 500 * max(0, window - 4)
+
+
+def _seq_len(stride: int | None) -> int:
+    """Shortest row (a multiple of 8, at least 64) that places the matched task's needle at every
+    residue mod `period(stride)` with position matching."""
+    kw = MIXTURE.eval_task_kwargs()
+    kw.pop("seq_len")
+    need = RecordLookup(**kw, seq_len=None).min_seq_len(period(stride))
+    return max(64, -(-need // 8) * 8)
+
+
+def _check(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= {low}")
+
+
+def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: str | None = None, kv_heads: int = 1,
+                rope: bool = True, layout: str = "generic", seed: int = 0) -> tuple[ModelConfig, TrainConfig]:
+    """(ModelConfig, TrainConfig) of the recipe rule.
+
+    Args:
+        window, stride: W and S of the compressor (layout "generic"); both None for
+            layout="full" or "deepseek-csa" (CSA is W8/S4 by construction).
+        gate: "scalar" (default), "vector" or "uniform" for the generic layout; deepseek-csa has
+            vector gates.
+        kv_heads: KV heads per layer (a divisor of 4, the query heads).
+        rope: False drops RoPE from the compressed layers (queries, local keys and entries).
+        layout: "generic", "deepseek-csa" (DeepSeek-V4's CSA compressor) or "full" attention.
+        seed: model and data seed.
+
+    Raises:
+        ValueError: naming the bad argument and what is allowed.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is invalid: allowed one of {list(LAYOUTS)}")
+    _check("kv_heads", kv_heads, 1)
+    if N_HEADS % kv_heads:
+        raise ValueError(f"kv_heads={kv_heads} is invalid: allowed a divisor of the {N_HEADS} query heads (1, 2, 4)")
+    _check("seed", seed, 0)
+    if layout == "deepseek-csa" and gate not in (None, "vector"):
+        raise ValueError(f"gate={gate!r} is invalid for layout='deepseek-csa': allowed 'vector' (DeepSeek-V4's CSA gates)")
+    gate = gate or ("vector" if layout == "deepseek-csa" else "scalar")
+    if layout == "generic":
+        if window is None or stride is None:
+            raise ValueError("layout='generic' needs window and stride (e.g. window=8, stride=8)")
+        _check("window", window, 1)
+        _check("stride", stride, 1)
+        spec = CompressionConfig(window=window, stride=stride, gate=gate, rope="full" if rope else "none",
+                                 local_window=LOCAL_WINDOW)
+    else:
+        if window is not None or stride is not None:
+            raise ValueError(f"layout={layout!r} fixes the window and stride: pass neither (got window={window!r}, "
+                             f"stride={stride!r})")
+        if layout == "full":
+            if not rope or gate != "scalar":  # the default
+                raise ValueError("layout='full' has no compressor: --no-rope and --gate apply to compressed layouts only")
+            spec = "full"
+        else:
+            spec = dataclasses.replace(DEEPSEEK_CSA, rope="partial" if rope else "none",
+                                       rope_dims=DEEPSEEK_CSA.rope_dims if rope else None, local_window=LOCAL_WINDOW)
+    comp = None if spec == "full" else spec
+    model_cfg = ModelConfig(vocab_size=VOCAB, d_model=WIDTH, n_layers=2, n_heads=N_HEADS, n_kv_heads=kv_heads,
+                            d_head=D_HEAD, d_mlp=3 * WIDTH, n_ctx=512, layers=uniform_schedule(2, spec))
+    steps = steps_for(None if comp is None else comp.window)
+    mixture = dataclasses.replace(MIXTURE, seq_len=_seq_len(None if comp is None else comp.stride), min_records=1,
+                                  sparse_start=True, curriculum_steps=int(CURRICULUM_FRACTION * steps))
+    tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50)
+    return model_cfg, tcfg
+
+
+#: The zoo: name -> rule arguments (each shipped with seeds 0 and 1 as `zoo-NAME-sSEED`).
+ZOO: dict[str, dict[str, Any]] = {
+    "full-kv4": {"layout": "full", "kv_heads": 4},
+    **{f"w{w}s{w}": {"window": w, "stride": w} for w in (2, 4, 8, 12, 16)},
+    "w8s8-kv4": {"window": 8, "stride": 8, "kv_heads": 4},
+    "w8s4": {"window": 8, "stride": 4},
+    "w16s8": {"window": 16, "stride": 8},
+    "csa": {"layout": "deepseek-csa"},
+    "w8s8-uniform": {"window": 8, "stride": 8, "gate": "uniform"},
+    "w8s8-norope": {"window": 8, "stride": 8, "rope": False},
+}
+
+
+def zoo_recipe(name: str, seed: int = 0) -> tuple[ModelConfig, TrainConfig]:
+    """The rule's configs of zoo member `name` (see `ZOO`)."""
+    if name not in ZOO:
+        raise ValueError(f"unknown zoo member {name!r}: allowed {sorted(ZOO)}")
+    return rule_recipe(**ZOO[name], seed=seed)
+
+
+__all__ = ["LEARNED_BEST", "ZOO", "period", "rule_recipe", "steps_for", "zoo_recipe"]

@@ -1,0 +1,114 @@
+"""The recipe rule, the zoo's configs, the sparse-start curriculum and the trainer's fast path."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from phaseinterp import HookedCompressedTransformer
+from phaseinterp.cli import main
+from phaseinterp.tasks import RecordLookup
+from phaseinterp.train import Mixture, make_batch
+from phaseinterp.train.data import IGNORE
+from phaseinterp.train.loop import batch_sums
+from phaseinterp.train.zoo import ZOO, period, rule_recipe, zoo_recipe
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_every_zoo_member_places_the_needle_at_every_residue_of_its_period(name):
+    model_cfg, tcfg = zoo_recipe(name)
+    R = period(model_cfg.strides[0] if model_cfg.strides else None)
+    assert R % 8 == 0 and all(R % s == 0 and R >= 2 * s for s in model_cfg.strides)
+    task = RecordLookup(**tcfg.mixture.eval_task_kwargs())
+    batch = task.sample(2, R, seed=0)
+    assert sorted(set(batch.residue.tolist())) == list(range(R))
+    key_pos = batch.key_pos.float()
+    means = [key_pos[batch.residue == r].mean().item() for r in range(R)]
+    assert max(means) - min(means) < R  # position matched: the needle's mean position does not track r
+    assert tcfg.mixture.sparse_start and tcfg.mixture.curriculum_steps == tcfg.steps // 2
+
+
+def test_the_rule_builds_what_was_asked():
+    cfg, tcfg = rule_recipe(6, 3, gate="vector", kv_heads=2, rope=False, seed=5)
+    cc = cfg.compression(0)
+    assert (cc.window, cc.stride, cc.gate, cc.rope) == (6, 3, "vector", "none") and cfg.n_kv_heads == 2
+    assert cfg.compression(1) == cc and tcfg.seed == 5 and tcfg.mixture.seq_len == 112  # lcm(3, 8) = 24
+    full, ftc = rule_recipe(layout="full", kv_heads=4)
+    assert full.strides == () and full.n_kv_heads == 4 and ftc.mixture.seq_len == 64
+    csa, _ = rule_recipe(layout="deepseek-csa")
+    assert csa.compression(0).layout == "deepseek-csa" and csa.compression(0).gate == "vector"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"window": 8}, "layout='generic' needs window and stride"),
+    ({"window": 8, "stride": 8, "kv_heads": 3}, "kv_heads=3 is invalid: allowed a divisor of the 4 query heads"),
+    ({"window": 8, "stride": 8, "layout": "nsa"}, "layout='nsa' is invalid: allowed one of ['generic', 'deepseek-csa', 'full']"),
+    ({"window": 8, "stride": 8, "layout": "full"}, "layout='full' fixes the window and stride"),
+    ({"layout": "full", "rope": False}, "layout='full' has no compressor"),
+    ({"layout": "deepseek-csa", "gate": "scalar"}, "gate='scalar' is invalid for layout='deepseek-csa'"),
+    ({"window": 4, "stride": 8}, "stride=8 is invalid"),
+    ({"window": 0, "stride": 1}, "window=0 is invalid: allowed an integer >= 1"),
+])
+def test_bad_rule_arguments_raise_naming_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rule_recipe(**kwargs)
+
+
+def test_sparse_start_ramps_contiguous_rows_and_is_off_by_default():
+    dense = Mixture(vocab_size=256, seq_len=64, min_records=1, curriculum_steps=100)
+    sparse = Mixture(vocab_size=256, seq_len=64, min_records=1, curriculum_steps=100, sparse_start=True)
+    assert [sparse.contiguous_at(s) for s in (0, 50, 100, 500)] == [0.0, 0.25, 0.5, 0.5]
+    assert [dense.contiguous_at(s) for s in (0, 50)] == [0.5, 0.5]
+
+    def contiguous_share(mix, step):
+        tok = make_batch(mix, 0, step, 512).tokens.numpy()
+        keys = (tok >= mix.pools.keys[0]) & (tok <= mix.pools.keys[-1])
+        rows = []
+        for row, k in zip(tok, keys):
+            starts = np.flatnonzero(k[: 64 - 20])  # haystack keys (the tail is at most 19 tokens)
+            if len(starts) >= 2:
+                rows.append(bool(np.all(np.diff(starts) == 2)))
+        return np.mean(rows)
+
+    assert contiguous_share(sparse, 30) < 0.3 < 0.4 < contiguous_share(dense, 30)  # expected 0.15 and 0.5
+    with pytest.raises(ValueError, match="sparse_start=1 is invalid: allowed True or False"):
+        Mixture(sparse_start=1)
+
+
+def test_logits_at_marked_positions_equal_the_full_forward_there():
+    cfg, tcfg = rule_recipe(4, 4)
+    model = HookedCompressedTransformer(cfg.replace(d_model=32, d_head=8, d_mlp=48), seed=0).eval()
+    batch = make_batch(tcfg.mixture, 0, 3000, 6)
+    mask = batch.targets != IGNORE
+    full = model(batch.tokens)
+    torch.testing.assert_close(model(batch.tokens, at=mask), full[mask], rtol=1e-5, atol=1e-5)
+    wl_sel, sums_sel = batch_sums(model(batch.tokens, at=mask), batch)
+    wl_full, sums_full = batch_sums(full, batch)
+    torch.testing.assert_close(wl_sel, wl_full, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sums_sel, sums_full, rtol=1e-5, atol=1e-5)
+    assert sums_full[2] == batch.lookup.sum() and sums_full[6] == batch.query.sum() > 0
+    with pytest.raises(ValueError, match="at= needs return_type='logits'"):
+        model(batch.tokens, return_type="loss", at=mask)
+
+
+def test_cli_recipe_rule_trains_a_stride_outside_the_zoo_and_cards_it_by_its_period(tmp_path):
+    out = tmp_path / "w6s6"
+    argv = ["train", "--recipe", "rule", "--window", "6", "--stride", "6", "--steps", "3", "--out", str(out),
+            "--no-progress", "--eval-examples", "2"]
+    assert main(argv) == 0
+    card = json.loads((out / "card.json").read_text())
+    assert card["name"] == "rule-w6s6-s0" and card["model_config"]["layers"][0]["window"] == 6
+    assert card["phase_curve"]["task"]["modulus"] == 24 and len(card["phase_curve"]["accuracy"]) == 24
+    assert card["phase_curve"]["learned"] is False  # 3 steps: nothing retrieved
+
+
+def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
+    base = ["train", "--out", str(tmp_path / "x"), "--no-progress"]
+    assert main([*base, "--recipe", "zoo"]) == 2
+    assert "--recipe zoo needs --member: allowed [" in capsys.readouterr().err
+    assert main([*base, "--recipe", "rule", "--window", "8", "--stride", "8", "--kv-heads", "3"]) == 2
+    assert "kv_heads=3 is invalid" in capsys.readouterr().err
