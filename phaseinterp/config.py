@@ -189,6 +189,10 @@ class ModelConfig:
     `layers[l]` is "full" (causal full attention) or a `CompressionConfig`. `layers=None` means all
     layers full. The TransformerLens attribute names `n_key_value_heads` and `device` are provided
     as properties so `transformer_lens.patching` works.
+
+    `gate_bias_init_std`: the compressors' offset biases `b_Z` start as Normal(0, this) instead of
+    zeros (a random, seed-dependent preference among offsets that breaks their symmetry; no
+    offset is favoured in expectation).
     """
 
     vocab_size: int = 512
@@ -206,6 +210,7 @@ class ModelConfig:
     layers: tuple[LayerSpec, ...] | None = None
     init_std: float = 0.02
     device_name: str = "cpu"
+    gate_bias_init_std: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_mlp", "n_ctx"):
@@ -217,6 +222,9 @@ class ModelConfig:
         _check_positive("rope_theta", self.rope_theta)
         _check_positive("norm_eps", self.norm_eps)
         _check_positive("init_std", self.init_std)
+        if isinstance(self.gate_bias_init_std, bool) or not isinstance(self.gate_bias_init_std, (int, float)) \
+                or not 0 <= self.gate_bias_init_std < math.inf:
+            raise _bad("gate_bias_init_std", self.gate_bias_init_std, "a finite number >= 0")
         _check_bool("qk_norm", self.qk_norm)
         _check_bool("tie_embeddings", self.tie_embeddings)
         layers = self.layers

@@ -74,6 +74,25 @@ def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseC
     return fig
 
 
+def zoo_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: str | None = None) -> go.Figure:
+    """Accuracy (%) against residue for every zoo row (`phaseinterp.train.zoo_table`) of one padding
+    protocol; runs that did not learn are dashed."""
+    fig = go.Figure()
+    for r in rows:
+        if r["protocol"] != protocol:
+            continue
+        acc = 100 * np.asarray(r["accuracy"], dtype=float)
+        fig.add_trace(go.Scatter(x=np.arange(len(acc)), y=acc, mode="lines+markers", name=r["model"],
+                                 line=dict(dash=None if r["learned"] else "dot"),
+                                 hovertemplate="r=%{x}<br>accuracy=%{y:.1f}%<extra>" + r["model"] + "</extra>"))
+    if not fig.data:
+        raise ValueError(f"no zoo rows with protocol={protocol!r}")
+    fig.update_layout(title=title or f"The zoo: accuracy by residue ({protocol} padding; dotted: did not learn)",
+                      xaxis_title="residue r = key position mod R", yaxis_title="accuracy (%)",
+                      yaxis=dict(range=[-2, 102]), template="plotly_white")
+    return fig
+
+
 def save_html(fig: go.Figure, path: str | Path, *, include_plotlyjs: bool | str = True) -> Path:
     """Write `fig` as HTML (self-contained and offline by default); return the path."""
     path = Path(path)

@@ -30,8 +30,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--positions", default="final",
                    help="'final' (default), 'all' or comma-separated absolute positions")
     p.add_argument("--method", choices=["auto", "incremental", "hooks"], default="auto")
+    p.add_argument("--change", choices=["relative", "absolute"], default="relative",
+                   help="relative change in %% (default) or absolute change in percentage points (defined at weak residues too)")
     p.add_argument("--threshold", type=float, default=50.0,
-                   help="a unit owns a residue when its knockout lowers accuracy by >= this %% (default 50)")
+                   help="a unit owns a residue when its knockout lowers accuracy by >= this %% (pp with --change absolute; default 50)")
     p.add_argument("--patching", action="store_true",
                    help="also write head-output patching maps (phase swap +1, mapping swap)")
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
@@ -73,7 +75,8 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     calib = task.sample(args.n_calib or args.n_per_residue, modulus, seed=args.task_seed, split="calibration")
     smap = knockout_map(model, batch, calib, level=args.level, replacement=args.replacement,
                         per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
-                        n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args))
+                        n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),
+                        change=getattr(args, "change", "relative"))
     smap.meta["source"] = source(args)
     out = {"knockout": smap, "model": model, "batch": batch}
     if args.patching:
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     smap.save(out / "knockout_map.json")
     smap.save(out / "knockout_map.csv")
-    save_html(map_figure(smap, title=f"{model_label(args)}: KV-head knockout, relative accuracy change (%)"),
+    save_html(map_figure(smap, title=f"{model_label(args)}: KV-head knockout, {smap.quantity}"),
               out / "knockout_map.html")
     curve = PhaseCurve.from_dict(smap.clean)
     curve.to_json(out / "clean_curve.json")
@@ -122,14 +125,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'unit':>8} " + " ".join(f"{r:>6}" for r in smap.coords["residue"]))
     for label, row in zip(smap.row_labels(), smap.as_2d()):
         print(f"{label:>8} " + " ".join("   nan" if row[i] != row[i] else f"{row[i]:6.0f}" for i in range(len(row))))
+    unit = "%" if smap.quantity.startswith("relative") else " pp"
     for u in summary["units"]:
         if u["mean"] is not None:
-            print(f"  unit {u['unit']}: mean {u['mean']:.1f}%, min {u['min']:.1f}% (residue {u['worst_residue']}), "
+            print(f"  unit {u['unit']}: mean {u['mean']:.1f}{unit}, min {u['min']:.1f}{unit} (residue {u['worst_residue']}), "
                   f"range over residues {u['range']:.1f} pp")
-    if curve.n_correct.sum() == 0:
+    if curve.n_correct.sum() == 0 and unit == "%":
         print("note: the clean model is wrong at every residue, so relative changes are undefined (nan); "
               "knockouts need a model that retrieves")
-    print(f"coverage (knockout <= -{args.threshold:g}%): {json.dumps(summary['coverage'])}")
+    print(f"coverage (knockout <= -{args.threshold:g}{unit}): {json.dumps(summary['coverage'])}")
     print(f"residues no unit covers: {summary['uncovered_residues']}")
     print(f"wrote {out}/knockout_map.json, .csv, .html, clean_curve.json, summary.json")
     return 0

@@ -4,7 +4,8 @@ Sections: phase curves and the periodicity table of every shipped checkpoint; kn
 specialization maps (a compressed model and full attention); gate statistics, profiles, the
 (static, per-window) plane, gate cycling and gate dynamics; the theory simulator; and the tiny
 HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip); and the mitigation
-experiment's shipped results (`phaseinterp mitigate`). A section that fails is
+experiment's shipped results (`phaseinterp mitigate`); and the zoo table (`assets/results/zoo.json`,
+every compressor trained by the recipe rule). A section that fails is
 reported in the page and on stderr, and the command exits non-zero.
 """
 
@@ -166,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from phaseinterp.mitigate.section import mitigation_section
+    from phaseinterp.train.zoo_table import zoo_section
     from phaseinterp.report import versions, write_report
 
     torch.set_num_threads(1)
@@ -181,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         ("theory", lambda: theory(args.quick)),
         ("deepseek-v4", lambda: deepseek(args.quick)),
         ("mitigations", mitigation_section),
+        ("zoo", zoo_section),
     ]
     from phaseinterp.report import Section
 

@@ -61,6 +61,7 @@ def register(subparsers: Any) -> None:
                    help="continue from CHECKPOINT, or with no value from the newest checkpoint in --out")
     p.add_argument("--until", type=int, help="stop after this step (checkpointed); resume later with --resume")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per process (default 1)")
+    p.add_argument("--compile", action="store_true", help="run the forward pass through torch.compile (TrainConfig.compile)")
     p.add_argument("--eval-examples", type=int, default=512,
                    help="logical examples per residue for the card's phase curve (default 512; 0: no card)")
     p.add_argument("--ship", type=Path, metavar="DIR",
@@ -112,7 +113,8 @@ def resolve(args: argparse.Namespace):
         train.setdefault("mixture", {"vocab_size": model_cfg.vocab_size})
         tcfg = TrainConfig.from_dict(train)
     overrides = {"steps": args.steps, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
-                 "checkpoint_every": args.checkpoint_every, "log_every": args.log_every, "device": args.device}
+                 "checkpoint_every": args.checkpoint_every, "log_every": args.log_every, "device": args.device,
+                 "compile": True if getattr(args, "compile", False) else None}
     changes = {k: v for k, v in overrides.items() if v is not None}
     if "steps" in changes and changes["steps"] < tcfg.warmup_steps:
         changes["warmup_steps"] = max(0, changes["steps"] // 10)
@@ -122,7 +124,7 @@ def resolve(args: argparse.Namespace):
 
 
 def _from_rule(args: argparse.Namespace):
-    """(name, ModelConfig, TrainConfig) of --recipe rule / zoo (the seed is set by the caller)."""
+    """(name, ModelConfig, TrainConfig) of --recipe rule / zoo, seeded by --seed (default 0)."""
     from phaseinterp.train import zoo
 
     seed = 0 if args.seed is None else args.seed

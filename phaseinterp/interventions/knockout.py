@@ -22,7 +22,7 @@ from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Po
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
                                               model_device, run_units, runnable, unchanged_units, warn_unchanged)
-from phaseinterp.interventions.stats import by_residue, paired_bootstrap_relative, relative_change
+from phaseinterp.interventions.stats import CHANGES, by_residue, paired_bootstrap_relative
 from phaseinterp.interventions.units import HeadUnit, check_level, head_units, level_size
 from phaseinterp.measure import PhaseCurve, model_stride
 from phaseinterp.measure.provenance import model_config, versions
@@ -170,8 +170,10 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
                  level: str = "kv_head", replacement: str = "mean", per_residue: bool = False,
                  positions: Positions = "final", layers: Sequence[int] | None = None, method: str = "auto",
                  n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, max_rows: int = 2048,
-                 label: str = "") -> SpecializationMap:
-    """Relative accuracy change `100 * (acc_ko - acc_clean) / acc_clean` per (layer, unit, residue).
+                 label: str = "", change: str = "relative") -> SpecializationMap:
+    """Accuracy change per (layer, unit, residue) when a unit is knocked out: relative,
+    `100 * (acc_ko - acc_clean) / acc_clean` (default), or absolute, `100 * (acc_ko - acc_clean)`
+    in points (`change="absolute"`; defined where clean accuracy is 0, so weak phases keep a value).
 
     Each unit (the query heads reading one KV head, one query head, or a whole layer; see
     `level`) has its head outputs replaced at the knockout sites, by default the final
@@ -197,10 +199,11 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
             drives resampling.
         max_rows: rows per batched computation.
         label: name stored in the metadata.
+        change: "relative" (%) or "absolute" (percentage points).
 
     Returns:
         SpecializationMap with dims (layer, level, residue) (level "layer": axis "heads" =
-        ["all"]), values in %, nan where clean accuracy is 0, `lo`/`hi` bootstrap bounds,
+        ["all"]), values in % (relative: nan where clean accuracy is 0) or pp, `lo`/`hi` bootstrap bounds,
         extras `acc_knockout` and the clean curve.
 
     Warns:
@@ -217,6 +220,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     units = head_units(model.cfg, level, layers)
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot} out of range: must be >= 1")
+    if change not in CHANGES:
+        raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
     _warn_overlap(batch, calibration)
     clean_logits, ko_logits, used = knockout_logits(
         model, batch, units, calibration, replacement=replacement, per_residue=per_residue, positions=positions,
@@ -229,13 +234,13 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     res, R = batch.residue.cpu().numpy(), batch.modulus
     acc_clean = by_residue(clean.astype(np.float64), res, R)
     acc_ko = by_residue(ko.astype(np.float64), res, R)
-    rel = relative_change(acc_clean[None], acc_ko)
+    rel = CHANGES[change](acc_clean[None], acc_ko)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         lo, hi = paired_bootstrap_relative(clean, ko, res, batch.example_id.cpu().numpy(), R, n_boot=n_boot,
-                                           confidence=confidence, seed=seed)
+                                           confidence=confidence, seed=seed, change=change)
     layer_ids = sorted({u.layer for u in units})
     n_unit = level_size(model.cfg, level)
     shape = (len(layer_ids), n_unit, R)
@@ -248,8 +253,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         coords={"layer": layer_ids, axis: unit_coords(model.cfg, level), "residue": list(range(R))},
         lo=lo.reshape(shape), hi=hi.reshape(shape),
         extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape)},
-        clean=curve.to_dict(), quantity="relative accuracy change (%)", direction=-1, clip=100.0,
-        meta={"label": label, "intervention": {"kind": "knockout", "level": level, "replacement": replacement,
+        clean=curve.to_dict(), direction=-1, clip=100.0,
+        quantity="relative accuracy change (%)" if change == "relative" else "absolute accuracy change (pp)",
+        meta={"label": label, "intervention": {"kind": "knockout", "level": level, "replacement": replacement, "change": change,
                                                "per_residue": per_residue, "positions": positions, "method": used,
                                                "engine": "nnsight" if is_backend(model) else "transformer_lens"},
               "model": model_config(model), "task": batch.meta,

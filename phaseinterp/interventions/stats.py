@@ -35,16 +35,28 @@ def relative_change(clean: Union[Float[np.ndarray, "..."], Number], edited: Unio
         return np.where(clean > 0, 100.0 * (edited - clean) / np.where(clean > 0, clean, 1.0), np.nan)
 
 
+def absolute_change(clean: Union[Float[np.ndarray, "..."], Number], edited: Union[Float[np.ndarray, "..."], Number]
+                    ) -> Float[np.ndarray, "..."]:
+    """`100 * (edited - clean)`: the change in percentage points (broadcasting as `relative_change`)."""
+    return 100.0 * (np.asarray(edited, dtype=np.float64) - clean)
+
+
+CHANGES = {"relative": relative_change, "absolute": absolute_change}
+
+
 def paired_bootstrap_relative(clean: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
                               residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
-                              n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
+                              n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, change: str = "relative"
                               ) -> tuple[Float[np.ndarray, "unit modulus"], Float[np.ndarray, "unit modulus"]]:
-    """Percentile interval of the relative accuracy change per unit and residue.
+    """Percentile interval of the accuracy change per unit and residue.
 
     Each replicate draws the logical examples (clusters) with replacement, once, and computes
-    both the clean and the edited accuracy on that draw (paired), then
-    `100 * (acc_edited - acc_clean) / acc_clean`; replicates with clean accuracy 0 are nan.
+    both the clean and the edited accuracy on that draw (paired), then the `change`:
+    "relative", `100 * (acc_edited - acc_clean) / acc_clean` (replicates with clean accuracy 0
+    are nan), or "absolute", `100 * (acc_edited - acc_clean)` in points.
     """
+    if change not in CHANGES:
+        raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot} out of range: must be >= 1")
     _, cid = np.unique(cluster, return_inverse=True)
@@ -58,6 +70,6 @@ def paired_bootstrap_relative(clean: Bool[np.ndarray, " row"], edited: Bool[np.n
         n = m @ N
         acc_c = (m @ Kc) / n
         acc_e = np.einsum("bc,ucr->ubr", m, Ke) / n
-    rel = relative_change(acc_c[None], acc_e)  # [unit, boot, modulus]
+    rel = CHANGES[change](acc_c[None], acc_e)  # [unit, boot, modulus]
     lo, hi = percentile_interval(np.moveaxis(rel, 1, 0), confidence)
     return lo, hi

@@ -15,6 +15,7 @@ local windows can reach) and is used when no hook reads scores or pattern.
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -135,7 +136,8 @@ def fused_joint_attention(
     k_local, v_local = local_blocks(k), local_blocks(v)
     q_blocks = F.pad(q, (0, 0, 0, 0, 0, padded - seq_len)).view(batch, n_blocks, block, n_heads, d)
     q_blocks = q_blocks.permute(1, 0, 3, 2, 4)  # [n_blocks, batch, head, block, d]
-    bounds = torch.linspace(0, n_blocks, min(segments, n_blocks) + 1).round().long().tolist()
+    n_seg = min(segments, n_blocks)
+    bounds = [round(Fraction(i * n_blocks, n_seg)) for i in range(n_seg + 1)]  # evenly spaced, ties to even
     out = []
     for b0, b1 in zip(bounds[:-1], bounds[1:]):
         n_visible = cc.n_entries(min(b1 * block, seq_len))

@@ -45,9 +45,12 @@ class Block(nn.Module):
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, resid: Tensor) -> Tensor:
+    def forward(self, resid: Tensor, at: Tensor | None = None) -> Tensor:
+        """`at` (bool [batch, pos]): run the MLP only at those positions and return them, [n, d_model]."""
         resid = self.hook_resid_pre(resid)
         resid = self.hook_resid_mid(resid + self.hook_attn_out(self.attn(self.ln1(resid))))
+        if at is not None:
+            resid = resid[at]
         return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
 
 
@@ -78,14 +81,17 @@ class HookedCompressedTransformer(HookedRootModule):
 
     # ---- weights -------------------------------------------------------------------------------
     def init_weights(self, seed: int | None = None) -> None:
-        """Normal(0, init_std) for matrices, ones for norm weights, zeros for biases and sinks;
-        output projections scaled by 1/sqrt(2 n_layers) (GPT-2 style)."""
+        """Normal(0, init_std) for matrices, ones for norm weights, zeros for biases and sinks
+        (gate biases: Normal(0, gate_bias_init_std) when that is > 0); output projections scaled by
+        1/sqrt(2 n_layers) (GPT-2 style)."""
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         std = self.cfg.init_std
         for name, p in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
             with torch.no_grad():
-                if leaf == "weight" or leaf in ("b_Z", "sink"):
+                if leaf == "b_Z" and self.cfg.gate_bias_init_std > 0:
+                    p.copy_(torch.randn(p.shape, generator=gen) * self.cfg.gate_bias_init_std)
+                elif leaf == "weight" or leaf in ("b_Z", "sink"):
                     p.fill_(1.0 if leaf == "weight" else 0.0)
                 else:
                     scale = std / (2 * self.cfg.n_layers) ** 0.5 if leaf in ("W_O", "W_out") else std
@@ -105,9 +111,10 @@ class HookedCompressedTransformer(HookedRootModule):
     ) -> Any:
         """Logits [batch, pos, vocab]; "loss" is the mean next-token cross-entropy.
 
-        `at` (a boolean mask, logits only): unembed only the marked positions and return their
-        logits as [n_marked, vocab] in row-major order. Training uses it to skip the unembedding
-        of positions without a loss; `ln_final`'s hooks then see [n_marked, d_model].
+        `at` (a boolean mask, logits only): compute the last block's MLP and the unembedding only
+        at the marked positions and return their logits as [n_marked, vocab] in row-major order.
+        Training uses it to skip positions without a loss; the last block's `hook_mlp_*`,
+        `hook_resid_post` and `ln2`/`ln_final` hooks then see [n_marked, ...].
         """
         if at is not None and (return_type != "logits" or at.shape != tokens.shape or at.dtype != torch.bool):
             raise ValueError(f"at= needs return_type='logits' and a bool mask of the tokens' shape {tuple(tokens.shape)}; "
@@ -116,14 +123,13 @@ class HookedCompressedTransformer(HookedRootModule):
             raise ValueError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
         if tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds n_ctx = {self.cfg.n_ctx}")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
+        # (a compiled training step checks its tokens before the call: this check would split the graph)
+        if not torch.compiler.is_compiling() and tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
             bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)][0].item()
             raise ValueError(f"token id {bad} out of range: allowed 0..{self.cfg.vocab_size - 1}")
         resid = self.hook_embed(self.W_E[tokens])
-        for block in self.blocks:
-            resid = block(resid)
-        if at is not None:
-            resid = resid[at]
+        for i, block in enumerate(self.blocks):
+            resid = block(resid, at if i == len(self.blocks) - 1 else None)
         logits = self.ln_final(resid) @ self.W_unembed
         if return_type in ("logits", None):
             return logits if return_type else None

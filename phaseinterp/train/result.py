@@ -43,12 +43,12 @@ FULL_STRIDE = 4
 
 
 def sweep_checkpoint(path: Path, card: dict[str, Any], *, n_per_residue: int, task_seed: int, protocol: str,
-                     n_boot: int, n_perm: int, batch_size: int = 64):
-    """PhaseCurve of one shipped checkpoint on its card's matched task."""
+                     n_boot: int, n_perm: int, batch_size: int = 64, modulus: int = MODULUS):
+    """PhaseCurve of one shipped checkpoint on its card's matched task, residues mod `modulus`."""
     model = load(path).eval()
     task_kwargs = {**card["data"]["eval_task"], "protocol": protocol}
     task = RecordLookup(**task_kwargs)
-    batch = task.sample(n_per_residue, MODULUS, seed=task_seed)
+    batch = task.sample(n_per_residue, modulus, seed=task_seed)
     stride = model.cfg.residue_modulus or FULL_STRIDE
     curve = phase_sweep(model, batch, batch_size=batch_size, stride=stride, progress=False, label=card["name"],
                         n_boot=n_boot, n_perm=n_perm, seed=task_seed,

@@ -1,0 +1,181 @@
+"""The zoo table in the paper's shape (PAPER.md section 5 and claims 1-3): every zoo checkpoint,
+every seed, both padding protocols.
+
+    python -m phaseinterp.train.zoo_table      # assets/checkpoints/zoo/*.json -> assets/results/zoo.{md,json,csv}
+
+Each checkpoint is swept on its card's matched task at residues mod `table_period(S)` (lcm(S, 8),
+doubled until it spans two periods, with rows lengthened to place every residue when training
+used shorter ones), with a logical-example cluster bootstrap for the mean and the gap and
+permutation tests for "any phase effect" and "period S". The dominant period is the smallest
+period whose harmonics carry 90% of the residue curve's spectral power (`dominant_period`). A run whose best residue stays below `LEARNED_BEST` is reported with its budget and final
+training loss (its loss curve is the shipped NAME.metrics.jsonl), never dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from phaseinterp.measure.periodicity import period_share
+from phaseinterp.train.evaluate import LEARNED_BEST
+from phaseinterp.train.result import FULL_STRIDE, _architecture, sweep_checkpoint
+from phaseinterp.train.zoo import period
+
+PROTOCOLS = ("prefix", "insequence")
+
+
+def table_period(stride: int | None) -> int:
+    """Residue modulus of the table: lcm(S, 8), doubled until it spans two periods of S, so that
+    "A(r) = A(r + S)" can be tested (S = 2, 4 -> 8; 6, 12 -> 24; 8 -> 16; 16 -> 32; full: 8)."""
+    R = period(stride)
+    while stride is not None and R < 2 * stride:
+        R *= 2
+    return R
+
+
+#: share of the residue curve's variance that period-d patterns must explain for d to be its period
+PERIOD_SHARE = 0.9
+
+
+def dominant_period(accuracy: np.ndarray) -> int | None:
+    """The smallest divisor d < R of R whose period-d harmonics carry at least `PERIOD_SHARE` of
+    the centred curve's spectral power (`period_share`; equivalently, folding the curve at d
+    keeps 90% of its variance). None when the curve is flat or no d < R explains it.
+
+    Example:
+        >>> dominant_period(np.array([0.1, 0.9, 0.9, 0.1] * 4)), dominant_period(np.array([0.5, 0.2, 0.9, 0.1]))
+        (4, None)
+    """
+    acc = np.asarray(accuracy, dtype=float)
+    R = len(acc)
+    if R < 2 or np.isnan(acc).any() or np.ptp(acc) == 0:
+        return None
+    return next((d for d in range(1, R) if R % d == 0 and period_share(acc, d) >= PERIOD_SHARE), None)
+
+
+def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: int, n_boot: int, n_perm: int) -> dict[str, Any]:
+    """One table row: a checkpoint under one padding protocol."""
+    from phaseinterp.tasks import RecordLookup
+
+    card = json.loads(card_path.read_text())
+    strides = sorted({c["stride"] for c in card["model_config"]["layers"] if c != "full"})
+    modulus = table_period(math.lcm(*strides) if strides else None)
+    task = dict(card["data"]["eval_task"])
+    need = RecordLookup(**{**task, "seq_len": None}).min_seq_len(modulus)
+    if need > task["seq_len"]:  # longer rows than in training (RoPE is relative; checked on W8/S8: same curve)
+        card = {**card, "data": {**card["data"], "eval_task": {**task, "seq_len": -(-need // 8) * 8}}}
+    curve, task = sweep_checkpoint(card_path.with_suffix(".safetensors"), card, n_per_residue=n_per_residue,
+                                   task_seed=task_seed, protocol=protocol, n_boot=n_boot, n_perm=n_perm, modulus=modulus)
+    s = curve.summary()
+    return {
+        "model": card["name"], "member": card["name"].rsplit("-s", 1)[0].removeprefix("zoo-"),
+        "architecture": _architecture(card["model_config"]), "kv_heads": card["model_config"]["n_kv_heads"],
+        "S": strides[0] if len(strides) == 1 else None, "seed": card["seed"], "protocol": protocol, "modulus": modulus,
+        "steps": card["steps"], "cpu_time_s": card.get("cpu_time_s"), "final_loss": card["final_metrics"].get("loss"),
+        "learned": bool(s["best"] >= LEARNED_BEST), "mean": s["mean"], "mean_ci": list(s["mean_interval"]),
+        "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"], "gap_ci_pp": list(s["gap_interval_pp"]),
+        "best_residue": s["best_residue"], "worst_residue": s["worst_residue"], "p_phase": s["p_value"],
+        "p_periodic": s["p_periodic"], "test_period": curve.stride, "verdict": s["verdict"],
+        "dominant_period": dominant_period(curve.accuracy), "accuracy": [float(a) for a in curve.accuracy], "task": task,
+    }
+
+
+def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
+    head = ("| member | architecture | KV | seed | padding | R | steps (CPU s) | learned | mean % [95% CI] | worst % | "
+            "gap pp [95% CI] | best r | dominant period | period verdict |\n|" + "---|" * 14 + "\n")
+    lines = []
+    for r in rows:
+        cpu = f" ({r['cpu_time_s']:.0f})" if r["cpu_time_s"] else ""
+        learned = "yes" if r["learned"] else f"**no** (final loss {r['final_loss']:.2f})"
+        lines.append(
+            f"| {r['member']} | {r['architecture']} | {r['kv_heads']} | {r['seed']} | {r['protocol']} | {r['modulus']} | "
+            f"{r['steps']}{cpu} | {learned} | {100 * r['mean']:.1f} [{100 * r['mean_ci'][0]:.1f}, {100 * r['mean_ci'][1]:.1f}] | "
+            f"{100 * r['worst']:.1f} | {r['gap_pp']:.1f} [{r['gap_ci_pp'][0]:.1f}, {r['gap_ci_pp'][1]:.1f}] | "
+            f"{r['best_residue']} | {r['dominant_period'] if r['dominant_period'] is not None else 'none'} | {r['verdict']} |")
+    curves = "\n".join(f"- {r['model']} ({r['protocol']}): " + " ".join(f"{100 * a:.0f}" for a in r["accuracy"]) for r in rows)
+    return (f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
+            f"mod R = lcm(S, 8) doubled to span two periods (full attention: 8, tested against period {FULL_STRIDE}); "
+            "rows lengthened where training rows could not place every residue. Intervals: "
+            "2,000-replicate logical-example cluster bootstrap; verdicts: permutation tests at 5%; dominant period: the "
+            "smallest period whose harmonics carry 90% of the curve's spectral power (\"none\": none < R does). \"learned\": best "
+            f"residue >= {100 * LEARNED_BEST:.0f}%. Loss curves: `assets/checkpoints/zoo/NAME.metrics.jsonl`.\n\n"
+            + head + "\n".join(lines) + "\n\nAccuracy (%) by residue r = 0..R-1:\n\n" + curves + "\n")
+
+
+def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
+        n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS) -> list[dict[str, Any]]:
+    """Sweep every zoo card in `checkpoints`; write zoo.md, zoo.json and zoo.csv to `out`."""
+    import pandas as pd
+    import torch
+
+    from phaseinterp.measure.provenance import jsonable, versions
+
+    torch.set_num_threads(1)
+    cards = sorted(checkpoints.glob("*.json"))
+    if not cards:
+        raise ValueError(f"no zoo checkpoint cards (*.json) in {str(checkpoints)!r}")
+    rows = []
+    for card in cards:
+        for protocol in protocols:
+            rows.append(zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot, n_perm=n_perm))
+            r = rows[-1]
+            print(f"{r['model']:22s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} gap {r['gap_pp']:5.1f} pp "
+                  f"period {r['dominant_period']}  {r['verdict']}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "zoo.md").write_text("# The zoo: phase curves of every compressor (PAPER.md claims 1-3)\n\n"
+                                "Reproduce: `python -m phaseinterp.train.zoo_table`.\n\n" + markdown(rows, n_per_residue))
+    payload = {"protocol": {"n_per_residue": n_per_residue, "task_seed": task_seed, "n_boot": n_boot, "n_perm": n_perm},
+               "rows": rows, "versions": versions()}
+    (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
+    pd.DataFrame([{k: v for k, v in r.items() if k not in ("accuracy", "task")} for r in rows]).to_csv(out / "zoo.csv", index=False)
+    return rows
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "zoo.json"
+
+
+def zoo_section(path: Path = RESULTS):
+    """The report section of the shipped zoo table: the table and the prefix-padding curves."""
+    import pandas as pd
+
+    from phaseinterp.plot import zoo_figure
+    from phaseinterp.report import Section
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: train the zoo (scripts/train_zoo.py), then "
+                                "`python -m phaseinterp.train.zoo_table`")
+    rows = json.loads(path.read_text())["rows"]
+    table = pd.DataFrame([{"model": r["model"], "architecture": r["architecture"], "KV heads": r["kv_heads"],
+                           "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"], "learned": r["learned"],
+                           "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
+                           "gap CI": f"[{r['gap_ci_pp'][0]:.1f}, {r['gap_ci_pp'][1]:.1f}]", "best r": r["best_residue"],
+                           "dominant period": r["dominant_period"], "verdict": r["verdict"]} for r in rows])
+    text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
+            "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "
+            "model should show dominant period S; full attention should be flat. Regenerate with "
+            "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
+    return Section("The zoo: phase curves of every compressor", text, [table],
+                   [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoints", type=Path, default=Path("assets/checkpoints/zoo"))
+    p.add_argument("--out", type=Path, default=Path("assets/results"))
+    p.add_argument("--n-per-residue", type=int, default=256)
+    p.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
+    p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--n-perm", type=int, default=2000)
+    args = p.parse_args(argv)
+    run(args.checkpoints, args.out, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm,
+        protocols=tuple(args.protocols))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Train the zoo (`phaseinterp.train.zoo.ZOO`) by the recipe rule and ship it.
+
+    python scripts/train_zoo.py                              # every member, seeds 0 and 1, 2 at a time
+    python scripts/train_zoo.py --members w8s8 w8s8-kv4 --seeds 0 --jobs 1
+    python -m phaseinterp.train.zoo_table                    # then the table (assets/results/zoo.md)
+
+Each run is `phaseinterp train --recipe zoo --member NAME --seed N --out RUNS/zoo-NAME-sN --ship
+assets/checkpoints/zoo` in its own process with one torch thread; a run whose card is already
+shipped is skipped, an interrupted one resumes from its newest checkpoint. Runs are ordered
+cheapest first (or as given, with --in-order), so a partial pass still covers the most members.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def cost(member: str) -> int:
+    from phaseinterp.train.zoo import zoo_recipe
+
+    _, tcfg = zoo_recipe(member)
+    return tcfg.steps * tcfg.mixture.seq_len
+
+
+def main() -> int:
+    from phaseinterp.train.zoo import ZOO
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--members", nargs="+", default=list(ZOO), choices=list(ZOO))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
+    p.add_argument("--runs", type=Path, default=Path("runs/zoo"))
+    p.add_argument("--ship", type=Path, default=Path("assets/checkpoints/zoo"))
+    p.add_argument("--in-order", action="store_true", help="train the members in the order given (default: cheapest first)")
+    args = p.parse_args()
+    members = args.members if args.in_order else sorted(args.members, key=cost)
+    todo = [(m, s) for m in members for s in args.seeds if not (args.ship / f"zoo-{m}-s{s}.json").is_file()]
+
+    def one(job: tuple[str, int]) -> int:
+        member, seed = job
+        out = args.runs / f"zoo-{member}-s{seed}"
+        cmd = [sys.executable, "-m", "phaseinterp.cli", "train", "--recipe", "zoo", "--member", member, "--seed", str(seed),
+               "--out", str(out), "--ship", str(args.ship), "--no-progress", "--eval-examples", "256"]
+        if (out / "checkpoints").is_dir():
+            cmd.append("--resume")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{out}.log", "a") as log:
+            code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        print(f"{'done' if code == 0 else f'FAILED ({code})'}: zoo-{member}-s{seed} (log {out}.log)", flush=True)
+        return code
+
+    print(f"{len(todo)} runs: " + ", ".join(f"{m}-s{s}" for m, s in todo), flush=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        codes = list(pool.map(one, todo))
+    return int(any(codes))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
