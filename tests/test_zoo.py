@@ -19,11 +19,14 @@ from phaseinterp.train.zoo import ZOO, period, rule_recipe, zoo_recipe
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_every_zoo_member_places_the_needle_at_every_residue_of_its_period(name):
+def test_every_zoo_member_is_evaluated_at_every_residue_of_its_table_period(name):
+    from phaseinterp.train.zoo_table import table_period
+
     model_cfg, tcfg = zoo_recipe(name)
-    R = period(model_cfg.strides[0] if model_cfg.strides else None)
-    assert R % 8 == 0 and all(R % s == 0 for s in model_cfg.strides)
-    task = RecordLookup(**tcfg.mixture.eval_task_kwargs())
+    R = table_period(model_cfg.residue_modulus)
+    assert R % 8 == 0 and all(R % s == 0 and R >= 2 * s for s in model_cfg.strides)
+    kw = tcfg.mixture.eval_task_kwargs()
+    task = RecordLookup(**{**kw, "seq_len": max(kw["seq_len"], RecordLookup(**{**kw, "seq_len": None}).min_seq_len(R))})
     batch = task.sample(2, R, seed=0)
     assert sorted(set(batch.residue.tolist())) == list(range(R))
     key_pos = batch.key_pos.float()
@@ -36,7 +39,7 @@ def test_the_rule_builds_what_was_asked():
     cfg, tcfg = rule_recipe(6, 3, gate="vector", kv_heads=2, rope=False, seed=5)
     cc = cfg.compression(0)
     assert (cc.window, cc.stride, cc.gate, cc.rope) == (6, 3, "vector", "none") and cfg.n_kv_heads == 2
-    assert cfg.compression(1) == cc and tcfg.seed == 5 and tcfg.mixture.seq_len == 112  # lcm(3, 8) = 24
+    assert cfg.compression(1) == cc and tcfg.seed == 5 and tcfg.mixture.seq_len == 64
     full, ftc = rule_recipe(layout="full", kv_heads=4)
     assert full.strides == () and full.n_kv_heads == 4 and ftc.mixture.seq_len == 64
     csa, _ = rule_recipe(layout="deepseek-csa")
@@ -103,6 +106,7 @@ def test_cli_recipe_rule_trains_a_stride_outside_the_zoo_and_cards_it_by_its_per
     card = json.loads((out / "card.json").read_text())
     assert card["name"] == "rule-w6s6-s0" and card["model_config"]["layers"][0]["window"] == 6
     assert card["phase_curve"]["task"]["modulus"] == 24 and len(card["phase_curve"]["accuracy"]) == 24
+    assert card["phase_curve"]["task"]["seq_len"] == 112 > card["data"]["eval_task"]["seq_len"] == 64  # rows lengthened
     assert card["phase_curve"]["learned"] is False  # 3 steps: nothing retrieved
 
 
@@ -112,6 +116,8 @@ def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     assert "--recipe zoo needs --member: allowed [" in capsys.readouterr().err
     assert main([*base, "--recipe", "rule", "--window", "8", "--stride", "8", "--kv-heads", "3"]) == 2
     assert "kv_heads=3 is invalid" in capsys.readouterr().err
+    assert main([*base, "--preset", "w4s4", "--window", "8", "--no-rope"]) == 2
+    assert "--window --no-rope apply only with --recipe rule" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("curve, expected", [

@@ -46,9 +46,9 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--window", type=int, help="W: tokens folded into one entry")
     rule.add_argument("--stride", type=int, help="S: tokens between window starts")
     rule.add_argument("--gate", help="scalar (default), vector or uniform (deepseek-csa: vector)")
-    rule.add_argument("--kv-heads", type=int, default=1, help="KV heads per layer: 1 (default), 2 or 4")
+    rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2 or 4")
     rule.add_argument("--no-rope", action="store_true", help="no RoPE in the compressed layers")
-    rule.add_argument("--layout", default="generic", help="generic (default; needs --window/--stride), deepseek-csa or full")
+    rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
     rule.add_argument("--member", help="with --recipe zoo: the zoo member (see phaseinterp.train.zoo.ZOO)")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
     p.add_argument("--seed", type=int, help="seed (default: the recipe's)")
@@ -79,6 +79,10 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
     from phaseinterp.train.hf_model import HFModelSpec
 
+    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "member")
+                 if getattr(args, k, None) is not None] + (["--no-rope"] if getattr(args, "no_rope", False) else [])
+    if getattr(args, "recipe", None) is None and rule_args:
+        raise ValueError(f"{' '.join(rule_args)} apply only with --recipe rule (or --member with --recipe zoo)")
     if getattr(args, "recipe", None) is not None:
         name, model_cfg, tcfg = _from_rule(args)
     elif args.preset is not None:
@@ -134,10 +138,11 @@ def _from_rule(args: argparse.Namespace):
         return f"zoo-{args.member}-s{seed}", *zoo.zoo_recipe(args.member, seed=seed)
     if args.member is not None:
         raise ValueError("--member is for --recipe zoo; --recipe rule takes --window/--stride/--gate/--kv-heads/--no-rope/--layout")
-    model_cfg, tcfg = zoo.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=args.kv_heads,
-                                      rope=not args.no_rope, layout=args.layout, seed=seed)
-    shape = args.layout if args.layout != "generic" else f"w{args.window}s{args.stride}"
-    extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{args.kv_heads}" if args.kv_heads != 1 else "",
+    kv_heads, layout = args.kv_heads or 1, args.layout or "generic"
+    model_cfg, tcfg = zoo.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=kv_heads,
+                                      rope=not args.no_rope, layout=layout, seed=seed)
+    shape = layout if layout != "generic" else f"w{args.window}s{args.stride}"
+    extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{kv_heads}" if kv_heads != 1 else "",
                       "-norope" if args.no_rope else ""])
     return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg
 

@@ -26,22 +26,23 @@ CARD_FORMAT = "phaseinterp-card-v1"
 def make_card(result: TrainResult, model_cfg: ModelConfig, tcfg: TrainConfig, *, name: str, eval_examples: int = 512,
               modulus: int | None = None, world_size: int = 1) -> dict[str, Any]:
     """The card of a finished run (evaluates the phase curve of `result.model` by residue mod
-    `modulus`; default `zoo.period` of the model's strides when the rows can place the needle at
-    that many residues, else 8; 8 for full attention and HF models)."""
+    `modulus`; default `zoo.period` of the model's strides, 8 for full attention and HF models).
+    Where the training rows cannot place the needle at every residue, the evaluation rows are
+    lengthened to the shortest multiple of 8 that can (recorded in `phase_curve.task`)."""
     from phaseinterp.tasks import RecordLookup
     from phaseinterp.train.zoo import period
 
     mix = tcfg.mixture
     if modulus is None:
         modulus = period(getattr(model_cfg, "residue_modulus", None))
-        if RecordLookup(**mix.eval_task_kwargs()).min_seq_len(modulus) > mix.seq_len:
-            modulus = 8
+    need = RecordLookup(**{**mix.eval_task_kwargs(), "seq_len": None}).min_seq_len(modulus)
+    rows = {"seq_len": -(-need // 8) * 8} if need > mix.seq_len else {}
     final = {}
     log = Path(result.run_dir) / "metrics.jsonl"
     if log.is_file():
         lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
         final = lines[-1] if lines else {}
-    curve = phase_curve(result.model, mix, modulus=modulus, n_per_residue=eval_examples)
+    curve = phase_curve(result.model, mix, modulus=modulus, n_per_residue=eval_examples, **rows)
     return {
         "format": CARD_FORMAT,
         "name": name,

@@ -6,9 +6,9 @@ those that are:
 
 - model: Qwen3-style, 2 layers, d_model `WIDTH`, 4 query heads of `D_HEAD`, SwiGLU 3 x d_model,
   `kv_heads` KV heads, both layers compressed alike (or full attention), exact local window 16;
-- data: the shared lookup + language mixture (`recipes.MIXTURE`: haystack cap growing from 2 to 10
-  records over the first 500 steps, half the rows contiguous), in rows long enough to place the
-  needle at every residue mod `period(stride)` = lcm(S, 8) with position matching;
+- data: the shared lookup + language mixture (`recipes.MIXTURE`: 64-token rows, haystack cap
+  growing from 2 to 10 records over the first 500 steps, half the rows contiguous); evaluation
+  (cards, `zoo_table`) lengthens the rows where residues mod lcm(S, 8) need it;
 - init: gate offset biases drawn from Normal(0, `GATE_BIAS_INIT_STD`) (random, seed-dependent
   symmetry breaking among offsets);
 - optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
@@ -20,7 +20,7 @@ still fail most residues: that is the effect). `ZOO` names the configs shipped i
 Example:
     >>> model_cfg, tcfg = rule_recipe(6, 6)
     >>> model_cfg.strides, model_cfg.d_model, tcfg.mixture.seq_len, period(6)
-    ((6,), 64, 112, 24)
+    ((6,), 64, 64, 24)
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import Any
 
 from phaseinterp.config import CompressionConfig, ModelConfig, uniform_schedule
 from phaseinterp.presets import DEEPSEEK_CSA
-from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.evaluate import LEARNED_BEST
 from phaseinterp.train.recipes import MIXTURE, TRAIN, VOCAB
@@ -50,17 +49,9 @@ def period(stride: int | None) -> int:
 
 
 def steps_for(window: int | None) -> int:
-    """Training steps of the rule: 2000 + 375 W (W4: 3500, W8: 5000, W16: 8000); full attention 2000."""
-    return 2000 if window is None else 2000 + 375 * window
-
-
-def _seq_len(stride: int | None) -> int:
-    """Shortest row (a multiple of 8, at least 64) that places the matched task's needle at every
-    residue mod `period(stride)` with position matching."""
-    kw = MIXTURE.eval_task_kwargs()
-    kw.pop("seq_len")
-    need = RecordLookup(**kw, seq_len=None).min_seq_len(period(stride))
-    return max(64, -(-need // 8) * 8)
+    """Training steps of the rule: 2000 + 375 W (W4: 3500, W8: 5000, W16: 8000); full attention
+    5000 (at 2000 steps it was still climbing: 65% mean on the matched task)."""
+    return 5000 if window is None else 2000 + 375 * window
 
 
 def _check(name: str, value: Any, low: int) -> None:
@@ -117,7 +108,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                             d_head=D_HEAD, d_mlp=3 * WIDTH, n_ctx=512, layers=uniform_schedule(2, spec),
                             gate_bias_init_std=GATE_BIAS_INIT_STD)
     steps = steps_for(None if comp is None else comp.window)
-    mixture = dataclasses.replace(MIXTURE, seq_len=_seq_len(None if comp is None else comp.stride))
+    mixture = MIXTURE
     tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50)
     return model_cfg, tcfg
 
