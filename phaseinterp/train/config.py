@@ -51,7 +51,7 @@ class TrainConfig:
         device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
         mitigation: training-time mitigations of phase sensitivity (`phaseinterp.train.mitigation`).
         compile: run the forward pass through `torch.compile` (needs a C++ compiler on CPU; costs
-            10-60 s of compilation, then about 1.2x the steps per second on the tiny models; results
+            10-60 s of compilation, then about 1.4x the steps per second of eager mode on the tiny models; results
             match eager mode to float rounding, not bit for bit). Not with mitigations or HF models.
     """
 

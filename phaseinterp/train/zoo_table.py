@@ -126,11 +126,16 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
             r = rows[-1]
             print(f"{r['model']:22s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} gap {r['gap_pp']:5.1f} pp "
                   f"period {r['dominant_period']}  {r['verdict']}", flush=True)
+    from phaseinterp.train.zoo import ZOO
+
+    missing = [f"zoo-{m}-s{seed}" for m in ZOO for seed in (0, 1) if not (checkpoints / f"zoo-{m}-s{seed}.json").is_file()]
+    note = (f"Not trained yet ({len(missing)} of {2 * len(ZOO)} runs; `python scripts/train_zoo.py` trains what is "
+            f"missing): {', '.join(missing)}.\n\n" if missing else "")
     out.mkdir(parents=True, exist_ok=True)
     (out / "zoo.md").write_text("# The zoo: phase curves of every compressor (PAPER.md claims 1-3)\n\n"
-                                "Reproduce: `python -m phaseinterp.train.zoo_table`.\n\n" + markdown(rows, n_per_residue))
+                                "Reproduce: `python -m phaseinterp.train.zoo_table`.\n\n" + note + markdown(rows, n_per_residue))
     payload = {"protocol": {"n_per_residue": n_per_residue, "task_seed": task_seed, "n_boot": n_boot, "n_perm": n_perm},
-               "rows": rows, "versions": versions()}
+               "rows": rows, "not_trained": missing, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
     pd.DataFrame([{k: v for k, v in r.items() if k not in ("accuracy", "task")} for r in rows]).to_csv(out / "zoo.csv", index=False)
     return rows
