@@ -36,6 +36,7 @@ def main() -> int:
     from phaseinterp.measure.provenance import jsonable, versions
     from phaseinterp.plot_maps import map_figure, save_html
     from phaseinterp.tasks import RecordLookup
+    from phaseinterp.train.evaluate import rows_for
     from phaseinterp.train.zoo_table import table_period
 
     torch.set_num_threads(1)
@@ -48,8 +49,7 @@ def main() -> int:
         model = phaseinterp.load(path).eval()
         card = json.loads(path.with_suffix(".json").read_text())
         R = table_period(model.cfg.residue_modulus)
-        kw = dict(card["data"]["eval_task"])
-        kw["seq_len"] = max(kw["seq_len"], -(-RecordLookup(**{**kw, "seq_len": None}).min_seq_len(R) // 8) * 8)
+        kw = rows_for(card["data"]["eval_task"], R)
         task = RecordLookup(**kw)
         batch = task.sample(args.n_per_residue, R, seed=0)
         calib = task.sample(args.n_per_residue, R, seed=0, split="calibration")

@@ -16,7 +16,7 @@ from typing import Any
 from phaseinterp.checkpoint import read_metadata, save_model
 from phaseinterp.config import ModelConfig
 from phaseinterp.train.config import TrainConfig
-from phaseinterp.train.evaluate import phase_curve
+from phaseinterp.train.evaluate import phase_curve, rows_for
 from phaseinterp.train.loop import TrainResult, versions
 from phaseinterp.train.state import list_checkpoints
 
@@ -29,14 +29,12 @@ def make_card(result: TrainResult, model_cfg: ModelConfig, tcfg: TrainConfig, *,
     `modulus`; default `zoo.period` of the model's strides, 8 for full attention and HF models).
     Where the training rows cannot place the needle at every residue, the evaluation rows are
     lengthened to the shortest multiple of 8 that can (recorded in `phase_curve.task`)."""
-    from phaseinterp.tasks import RecordLookup
     from phaseinterp.train.zoo import period
 
     mix = tcfg.mixture
     if modulus is None:
         modulus = period(getattr(model_cfg, "residue_modulus", None))
-    need = RecordLookup(**{**mix.eval_task_kwargs(), "seq_len": None}).min_seq_len(modulus)
-    rows = {"seq_len": -(-need // 8) * 8} if need > mix.seq_len else {}
+    rows = {"seq_len": rows_for(mix.eval_task_kwargs(), modulus)["seq_len"]}
     final = {}
     log = Path(result.run_dir) / "metrics.jsonl"
     if log.is_file():

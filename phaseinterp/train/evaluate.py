@@ -18,6 +18,14 @@ from phaseinterp.train.data import Mixture
 LEARNED_BEST = 0.8
 
 
+def rows_for(task_kwargs: dict[str, Any], modulus: int) -> dict[str, Any]:
+    """`RecordLookup` arguments whose rows can place the needle at every residue mod `modulus`:
+    `task_kwargs` with `seq_len` raised, where needed, to the shortest multiple of 8 that can
+    (RoPE is relative: on W8/S8 the curve on longer rows equals the one on training rows)."""
+    need = RecordLookup(**{**task_kwargs, "seq_len": None}).min_seq_len(modulus)
+    return {**task_kwargs, "seq_len": max(task_kwargs["seq_len"], -(-need // 8) * 8)}
+
+
 @torch.no_grad()
 def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int = 256, seed: int = 1000,
                 protocol: str = "prefix", batch_size: int = 256, **task_overrides: Any) -> dict[str, Any]:
@@ -74,4 +82,4 @@ def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int
     }
 
 
-__all__ = ["LEARNED_BEST", "phase_curve"]
+__all__ = ["LEARNED_BEST", "phase_curve", "rows_for"]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from phaseinterp.measure.periodicity import period_share
-from phaseinterp.train.evaluate import LEARNED_BEST
+from phaseinterp.train.evaluate import LEARNED_BEST, rows_for
 from phaseinterp.train.result import FULL_STRIDE, _architecture, sweep_checkpoint
 from phaseinterp.train.zoo import period
 
@@ -60,15 +60,10 @@ def dominant_period(accuracy: np.ndarray) -> int | None:
 
 def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: int, n_boot: int, n_perm: int) -> dict[str, Any]:
     """One table row: a checkpoint under one padding protocol."""
-    from phaseinterp.tasks import RecordLookup
-
     card = json.loads(card_path.read_text())
     strides = sorted({c["stride"] for c in card["model_config"]["layers"] if c != "full"})
     modulus = table_period(math.lcm(*strides) if strides else None)
-    task = dict(card["data"]["eval_task"])
-    need = RecordLookup(**{**task, "seq_len": None}).min_seq_len(modulus)
-    if need > task["seq_len"]:  # longer rows than in training (RoPE is relative; checked on W8/S8: same curve)
-        card = {**card, "data": {**card["data"], "eval_task": {**task, "seq_len": -(-need // 8) * 8}}}
+    card = {**card, "data": {**card["data"], "eval_task": rows_for(card["data"]["eval_task"], modulus)}}
     curve, task = sweep_checkpoint(card_path.with_suffix(".safetensors"), card, n_per_residue=n_per_residue,
                                    task_seed=task_seed, protocol=protocol, n_boot=n_boot, n_perm=n_perm, modulus=modulus)
     s = curve.summary()
