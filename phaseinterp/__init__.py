@@ -4,9 +4,13 @@ import beartype  # noqa: F401  (import before nnsight anywhere downstream: nnsig
 
 __version__ = "0.1.0"
 
-from phaseinterp.checkpoint import load  # noqa: E402
-from phaseinterp.config import CompressionConfig, ModelConfig  # noqa: E402
-from phaseinterp.model import HookedCompressedTransformer  # noqa: E402
-from phaseinterp.presets import PRESETS, preset  # noqa: E402
+from phaseinterp._lazy import lazy_exports
 
-__all__ = ["CompressionConfig", "HookedCompressedTransformer", "ModelConfig", "PRESETS", "load", "preset", "__version__"]
+_EXPORTS = {
+    **dict.fromkeys(('load',), "checkpoint"),
+    **dict.fromkeys(('CompressionConfig', 'ModelConfig'), "config"),
+    **dict.fromkeys(('HookedCompressedTransformer',), "model"),
+    **dict.fromkeys(('PRESETS', 'preset'), "presets"),
+}
+__all__ = [*sorted(_EXPORTS), "__version__"]
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

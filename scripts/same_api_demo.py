@@ -31,10 +31,11 @@ import torch  # noqa: E402
 import phaseinterp  # noqa: E402
 from phaseinterp.backends import backend_for  # noqa: E402
 from phaseinterp.backends.tiny import tiny_deepseek_v4, tiny_qwen3, word_tokenizer  # noqa: E402
-from phaseinterp.backends.niah import deepseek_niah  # noqa: E402
+from phaseinterp.tasks.niah import deepseek_niah  # noqa: E402
 from phaseinterp.flip import FillerSpec, completion_flip, completion_flip_text  # noqa: E402
 from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap, planted_model  # noqa: E402
 from phaseinterp.measure import phase_sweep  # noqa: E402
+from phaseinterp.plot import flip_figure, save_html  # noqa: E402
 from phaseinterp.tasks import RecordLookup  # noqa: E402
 
 STRIDE, MODULUS = 4, 8  # DeepSeek-V4 CSA stride; residues mod 8 as in the paper
@@ -108,7 +109,7 @@ def main() -> None:
     spec = FillerSpec.from_tokenizer(tok, symbol="bab", comment_prefix="bac", newline="bad", n_words=16)
     flip = completion_flip_text(ds, tok, "caf cag cak cal", [" cam", " can"], range(64), stride=STRIDE,
                                 family="words", filler=spec, n_perm=500)
-    flip.figure().write_html(out / "deepseek-flip.html", include_plotlyjs="cdn")
+    save_html(flip_figure(flip), out / "deepseek-flip.html", include_plotlyjs="cdn")
     flip.save(out / "deepseek-flip.json")
     print(f"\n== completion flip, deepseek-v4 tiny random (words filler, L = 0..63): {flip.describe()}")
     # two records with key 5, three tokens apart; the checkpoint stores a record only when its key

@@ -2,6 +2,7 @@
 
     python scripts/train_zoo.py                              # every member, seeds 0 and 1, 2 at a time
     python scripts/train_zoo.py --members w8s8 w8s8-kv4 --seeds 0 --jobs 1
+    bash scripts/train_zoo_gpu.sh                            # the larger zoo on one GPU (width 256, 8 KV heads)
     python -m phaseinterp.train.zoo_table                    # then the table (assets/results/zoo.md)
 
 Each run is `phaseinterp train --recipe zoo --member NAME --seed N --out RUNS/zoo-NAME-sN --ship
@@ -26,8 +27,22 @@ def cost(member: str) -> int:
     return tcfg.steps * tcfg.mixture.seq_len
 
 
+def options(args: argparse.Namespace) -> list[str]:
+    """The `phaseinterp train` options that every run of this queue shares."""
+    out = ["--eval-examples", str(args.eval_examples)]
+    if args.width is not None:
+        out += ["--width", str(args.width)]
+    if args.kv_heads is not None:
+        out += ["--kv-heads", str(args.kv_heads)]
+    if args.device is not None:
+        out += ["--device", args.device]
+    if args.steps is not None:
+        out += ["--steps", str(args.steps)]
+    return out
+
+
 def main() -> int:
-    from phaseinterp.train.zoo import ZOO
+    from phaseinterp.train.zoo import WIDTH, ZOO, zoo_name
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--members", nargs="+", default=list(ZOO), choices=list(ZOO))
@@ -36,24 +51,30 @@ def main() -> int:
     p.add_argument("--runs", type=Path, default=Path("runs/zoo"))
     p.add_argument("--ship", type=Path, default=Path("assets/checkpoints/zoo"))
     p.add_argument("--in-order", action="store_true", help="train the members in the order given (default: cheapest first)")
+    p.add_argument("--width", type=int, help=f"d_model (default: the zoo's {WIDTH})")
+    p.add_argument("--kv-heads", type=int, help="KV heads of every member (default: each member's own)")
+    p.add_argument("--device", help="torch device of every run (default: CUDA when available, else CPU)")
+    p.add_argument("--steps", type=int, help="training steps of every run (default: the rule's; a smoke test: 20)")
+    p.add_argument("--eval-examples", type=int, default=256, help="examples per residue of each card (default 256)")
     args = p.parse_args()
     members = args.members if args.in_order else sorted(args.members, key=cost)
-    todo = [(m, s) for m in members for s in args.seeds if not (args.ship / f"zoo-{m}-s{s}.json").is_file()]
+    name = lambda m, s: zoo_name(m, s, width=args.width or WIDTH, kv_heads=args.kv_heads)  # noqa: E731
+    todo = [(m, s) for m in members for s in args.seeds if not (args.ship / f"{name(m, s)}.json").is_file()]
 
     def one(job: tuple[str, int]) -> int:
         member, seed = job
-        out = args.runs / f"zoo-{member}-s{seed}"
+        out = args.runs / name(member, seed)
         cmd = [sys.executable, "-m", "phaseinterp.cli", "train", "--recipe", "zoo", "--member", member, "--seed", str(seed),
-               "--out", str(out), "--ship", str(args.ship), "--no-progress", "--eval-examples", "256"]
+               "--out", str(out), "--ship", str(args.ship), "--no-progress", *options(args)]
         if (out / "checkpoints").is_dir():
             cmd.append("--resume")
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(f"{out}.log", "a") as log:
             code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
-        print(f"{'done' if code == 0 else f'FAILED ({code})'}: zoo-{member}-s{seed} (log {out}.log)", flush=True)
+        print(f"{'done' if code == 0 else f'FAILED ({code})'}: {name(member, seed)} (log {out}.log)", flush=True)
         return code
 
-    print(f"{len(todo)} runs: " + ", ".join(f"{m}-s{s}" for m, s in todo), flush=True)
+    print(f"{len(todo)} runs: " + ", ".join(name(m, s) for m, s in todo), flush=True)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         codes = list(pool.map(one, todo))
     return int(any(codes))

@@ -34,7 +34,7 @@ def main() -> int:
     import phaseinterp
     from phaseinterp.interventions import knockout_map
     from phaseinterp.measure.provenance import jsonable, versions
-    from phaseinterp.plot_maps import map_figure, save_html
+    from phaseinterp.plot import map_figure, save_html
     from phaseinterp.tasks import RecordLookup
     from phaseinterp.train.evaluate import rows_for
     from phaseinterp.train.zoo_table import table_period

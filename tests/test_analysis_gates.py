@@ -12,7 +12,7 @@ from phaseinterp import CompressionConfig
 from phaseinterp.analysis import effective_offsets, gate_dynamics, gate_profiles, gate_statistics
 from phaseinterp.checkpoint import save_model
 from phaseinterp.interventions import planted_model
-from phaseinterp.plot_maps import gate_dynamics_figure, gate_plane_figure, gate_profile_figure
+from phaseinterp.plot import gate_dynamics_figure, gate_plane_figure, gate_profile_figure
 from tests.helpers import noisy_model, tiny_cfg
 
 

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import pytest
 
 from phaseinterp.analysis import SpecializationMap, stack_maps
-from phaseinterp.plot_maps import map_figure
+from phaseinterp.plot import map_figure
 
 NAN = np.nan
 
@@ -84,7 +84,7 @@ def test_heatmap_is_diverging_centered_and_clipped(smap):
 
 def test_jupyter_display_and_repr(smap):
     html = smap._repr_html_()
-    assert "plotly" in html and "top cells" in html and "SpecializationMap(knockout" in html
+    assert "map_figure" in html and "top cells" in html and "SpecializationMap(knockout" in html
     assert "layer[2] x kv_head[2] x residue[4]" in repr(smap)
 
 

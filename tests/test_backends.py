@@ -7,8 +7,6 @@ import pytest
 import torch
 
 from phaseinterp.backends import (HookedBackend, Read, Replace, SetEntries, SetGate, Unit, backend_for)
-from phaseinterp.backends import knockout as old_knockout
-from phaseinterp.backends import sweep as old_sweep
 from phaseinterp.interventions import (HeadUnit, activation_patching, calibrate, head_units, knockout_logits,
                                        knockout_map, mapping_swap, phase_swap, planted_model)
 from phaseinterp.interventions.knockout import knockout_edit
@@ -226,7 +224,6 @@ def test_knockout_map_and_phase_sweep_through_the_backend():
     direct = phase_sweep(model, batch, progress=False, n_boot=50, n_perm=50)  # full forwards
     assert np.array_equal(direct.correct, curve.correct) and "logits" not in direct.config
     assert curve.config["model"]["kind"] == "hooked" and direct.config["model"]["n_kv_heads"] == 2
-    assert old_sweep.phase_sweep is phase_sweep and old_knockout.knockout_map is knockout_map  # old import paths
     # one call, three ways: nnsight (backend), TransformerLens hooks, the incremental fast path
     m = knockout_map(b, batch, calib, n_boot=50)
     hooks = knockout_map(model, batch, calib, n_boot=50, method="hooks")

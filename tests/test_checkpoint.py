@@ -30,7 +30,7 @@ def test_failed_write_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("phaseinterp.checkpoint.save_file", boom)
+    monkeypatch.setattr("phaseinterp.checkpoint_io.save_file", boom)
     with pytest.raises(OSError, match="disk full"):
         noisy_model(tiny_cfg(["full"]), seed=2).save(path)
     assert path.read_bytes() == before

@@ -98,7 +98,7 @@ def test_the_scan_finds_the_known_raise_sites():
     raised = raised_by_module()
     assert "ValueError" in raised["phaseinterp/config.py"]  # through `raise _bad(...)` -> ValueError
     assert "KeyError" in raised["phaseinterp/model/transformer.py"]  # hook-name typos
-    assert "FileNotFoundError" in raised["phaseinterp/checkpoint.py"]
+    assert "FileNotFoundError" in raised["phaseinterp/checkpoint_io.py"]
     assert all("_Stop" not in classes for classes in raised.values())
     assert len(raised) > 40
 

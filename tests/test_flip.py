@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from phaseinterp.backends import HookedBackend
-from phaseinterp.flip import FillerSpec, FlipResult, completion_flip, completion_flip_text, flip_figure
+from phaseinterp.flip import FillerSpec, FlipResult, completion_flip, completion_flip_text
+from phaseinterp.plot import flip_figure
 from tests.helpers import COMPRESSED_VARIANTS, noisy_model, tiny_cfg
-from tests.test_backends_niah import word_tokenizer
+from tests.test_tasks_niah import word_tokenizer
 
 SPEC = FillerSpec(symbol=5, words=(7, 8, 9), comment_prefix=(3, 2), newline=4)
 

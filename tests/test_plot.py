@@ -51,12 +51,19 @@ def test_overlay_of_several_curves_and_strides():
     assert [t.name for t in phase_figure([full, comp]).data] == ["full", "w4s4"]
 
 
-def test_html_export(tmp_path):
+def test_html_export_shares_one_plotly_js_per_folder(tmp_path):
     fig = phase_figure(curve([0.5, 0.9, 0.9, 0.9], "x"))
-    path = save_html(fig, tmp_path / "sub" / "fig.html")
-    text = path.read_text()
-    assert path.exists() and "plotly" in text.lower() and '"name":"x"' in text.replace(" ", "")
-    assert path.stat().st_size > 1_000_000  # plotly.js embedded: works offline
+    first = save_html(fig, tmp_path / "fig.html")
+    nested = save_html(fig, tmp_path / "sub" / "fig.html", root=tmp_path)
+    assert '"name":"x"' in first.read_text().replace(" ", "")
+    assert 'src="plotly.min.js"' in first.read_text() and 'src="../plotly.min.js"' in nested.read_text()
+    bundles = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.js"))
+    assert bundles == ["plotly.min.js"] and (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
+    assert first.stat().st_size < 100_000 and nested.stat().st_size < 100_000
+    embedded = save_html(fig, tmp_path / "alone" / "fig.html", include_plotlyjs=True)
+    assert embedded.stat().st_size > 1_000_000 and not (tmp_path / "alone" / "plotly.min.js").exists()
+    with pytest.raises(ValueError, match="include_plotlyjs='inline'"):
+        save_html(fig, tmp_path / "x.html", include_plotlyjs="inline")
 
 
 def test_bad_arguments():

@@ -15,7 +15,7 @@ from phaseinterp.tasks import RecordLookup
 from phaseinterp.train import Mixture, make_batch
 from phaseinterp.train.data import IGNORE
 from phaseinterp.train.loop import batch_sums
-from phaseinterp.train.zoo import ZOO, period, rule_recipe, zoo_recipe
+from phaseinterp.train.zoo import ZOO, period, rule_recipe, zoo_name, zoo_recipe
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
@@ -46,6 +46,15 @@ def test_the_rule_builds_what_was_asked():
     assert csa.compression(0).layout == "deepseek-csa" and csa.compression(0).gate == "vector"
 
 
+def test_the_larger_zoo_changes_width_and_kv_heads_only():
+    small, small_t = zoo_recipe("w8s8", seed=1)
+    big, big_t = zoo_recipe("w8s8", seed=1, width=256, kv_heads=8)
+    assert (big.d_model, big.d_mlp, big.n_heads, big.n_kv_heads, big.d_head) == (256, 768, 8, 8, small.d_head)
+    assert big.layers == small.layers and big_t == small_t  # same compressor, data, steps and schedule
+    assert zoo_recipe("w8s8-kv4", kv_heads=2)[0].n_kv_heads == 2 and zoo_recipe("w8s8-kv4")[0].n_kv_heads == 4
+    assert zoo_name("w8s8", 1, width=256, kv_heads=8) == "zoo-w8s8-d256-kv8-s1" and zoo_name("w8s8", 0) == "zoo-w8s8-s0"
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"window": 8}, "layout='generic' needs window and stride"),
     ({"window": 8, "stride": 8, "kv_heads": 3}, "kv_heads=3 is invalid: allowed a divisor of the 4 query heads"),
@@ -55,6 +64,8 @@ def test_the_rule_builds_what_was_asked():
     ({"layout": "deepseek-csa", "gate": "scalar"}, "gate='scalar' is invalid for layout='deepseek-csa'"),
     ({"window": 4, "stride": 8}, "stride=8 is invalid"),
     ({"window": 0, "stride": 1}, "window=0 is invalid: allowed an integer >= 1"),
+    ({"window": 8, "stride": 8, "kv_heads": 6}, "kv_heads=6 is invalid: allowed a divisor of the 4 query heads (1, 2, 4) or a multiple of 4"),
+    ({"window": 8, "stride": 8, "width": 0}, "width=0 is invalid: allowed an integer >= 8"),
 ])
 def test_bad_rule_arguments_raise_naming_the_value(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -118,6 +129,10 @@ def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     assert "kv_heads=3 is invalid" in capsys.readouterr().err
     assert main([*base, "--preset", "w4s4", "--window", "8", "--no-rope"]) == 2
     assert "--window --no-rope apply only with --recipe rule" in capsys.readouterr().err
+    assert main([*base, "--recipe", "zoo", "--member", "w8s8", "--window", "4"]) == 2
+    assert "--window/--stride/--gate/--no-rope/--layout are for --recipe rule" in capsys.readouterr().err
+    assert main([*base, "--preset", "w4s4", "--width", "128"]) == 2
+    assert "--width apply only with --recipe rule" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("curve, expected", [

@@ -111,8 +111,8 @@ assert curve.gap_pp > 50 and full_curve.gap_pp < 10  # what this notebook is abo
 # ## Plot
 #
 # `phaseinterp.plot.phase_figure` builds a plotly figure (the library never calls `show()`); the
-# dashed line marks the window boundary every `S` residues. `save_html` writes a self-contained
-# HTML file.
+# dashed line marks the window boundary every `S` residues. `save_html` writes an HTML file that
+# loads the `plotly.min.js` written once into its folder (`include_plotlyjs=True` embeds it instead).
 
 # %%
 import tempfile

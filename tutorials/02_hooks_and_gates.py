@@ -139,10 +139,10 @@ profiles.pivot_table(index=["layer", "branch"], columns="phase", values="g").rou
 # static one (~3.7), so each window's gate picks a token, and which one depends on what the window
 # holds.
 #
-# Figures: `phaseinterp.plot_maps.gate_profile_figure(profiles)` and `gate_plane_figure(stats)`.
+# Figures: `phaseinterp.plot.gate_profile_figure(profiles)` and `gate_plane_figure(stats)`.
 
 # %%
-from phaseinterp.plot_maps import gate_profile_figure
+from phaseinterp.plot import gate_profile_figure
 
 gate_profile_figure(profiles)
 

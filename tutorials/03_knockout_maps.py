@@ -39,7 +39,7 @@ torch.set_num_threads(1)
 import phaseinterp
 from phaseinterp.analysis import SpecializationMap, stack_maps
 from phaseinterp.interventions import knockout, knockout_map, planted_model
-from phaseinterp.plot_maps import map_figure
+from phaseinterp.plot import map_figure
 from phaseinterp.tasks import RecordLookup
 
 CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"
@@ -86,7 +86,7 @@ assert fmap.coverage(threshold=50)["1.0"] == list(range(8))
 
 # %% [markdown]
 # Both maps have the same dims and coordinates, so `stack_maps` puts them on a new `model` axis for
-# one figure. `map_figure` (or `SpecializationMap.figure()`) draws a diverging heatmap clipped at
+# one figure. `phaseinterp.plot.map_figure` draws a diverging heatmap clipped at
 # +-100%; the hover shows the unclipped value.
 
 # %%

@@ -46,7 +46,7 @@ import phaseinterp
 from phaseinterp.interventions import (activation_patching, cycled_gates, gate_attribution, gate_cycling,
                                        gate_override, mapping_swap, phase_swap, planted_model)
 from phaseinterp.measure import phase_sweep
-from phaseinterp.plot_maps import attribution_scatter, cycling_figure, map_figure
+from phaseinterp.plot import attribution_scatter, cycling_figure, map_figure
 from phaseinterp.tasks import RecordLookup
 
 CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"

@@ -47,10 +47,11 @@ torch.set_num_threads(1)
 
 import phaseinterp
 from phaseinterp.backends import Replace, SetGate, Unit, backend_for
-from phaseinterp.backends.niah import deepseek_niah
+from phaseinterp.tasks.niah import deepseek_niah
 from phaseinterp.backends.tiny import tiny_deepseek_v4, tiny_qwen3, word_tokenizer
 from phaseinterp.flip import FillerSpec, completion_flip, completion_flip_text
 from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap
+from phaseinterp.plot import flip_figure
 from phaseinterp.measure import phase_sweep
 from phaseinterp.tasks import RecordLookup
 
@@ -164,7 +165,7 @@ flip = completion_flip(ours, prompt, [130, 131], range(24), filler=filler, famil
                        n_perm=500)
 print(flip.describe())
 assert flip.summary()["p_value"] < 0.01
-flip.figure()
+flip_figure(flip)
 
 # %% [markdown]
 # With `L` filler tokens after BOS, the first key 5 sits at position `L + 7`: its phase is 1 or 2
@@ -193,7 +194,7 @@ print(ds_flip.describe())
 # import torch
 # from transformers import AutoTokenizer
 # from phaseinterp.backends import load_pretrained
-# from phaseinterp.backends.niah import deepseek_niah
+# from phaseinterp.tasks.niah import deepseek_niah
 # from phaseinterp.measure import phase_sweep          # on a backend: logits at the query positions only
 #
 # path = "deepseek-ai/DeepSeek-V4-Flash-Base"          # or a local folder

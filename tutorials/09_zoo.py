@@ -39,7 +39,7 @@ torch.set_num_threads(1)
 import phaseinterp
 from phaseinterp.interventions import knockout_map
 from phaseinterp.measure import phase_sweep
-from phaseinterp.plot_maps import map_figure
+from phaseinterp.plot import map_figure
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.zoo import ZOO, rule_recipe
 

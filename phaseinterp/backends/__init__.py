@@ -11,14 +11,14 @@ Example:
 
 import beartype  # noqa: F401  (import before nnsight, see RECIPES.md)
 
-from phaseinterp.backends.base import Backend, Read  # noqa: E402
+from phaseinterp.backends.base import Backend  # noqa: E402
 from phaseinterp.backends.batching import BatchedNNsight  # noqa: E402
 from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend  # noqa: E402
 from phaseinterp.backends.edits import Edit, Replace, SetEntries, SetGate  # noqa: E402
 from phaseinterp.backends.hf import HFCausalLMBackend  # noqa: E402
 from phaseinterp.backends.hooked import HookedBackend  # noqa: E402
 from phaseinterp.backends.load import backend_for, load_pretrained  # noqa: E402
-from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Unit  # noqa: E402
+from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Read, Unit  # noqa: E402
 
 __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "DeepseekV4Backend", "Edit", "HFCausalLMBackend",
            "HookedBackend", "Read", "Replace", "SetEntries", "SetGate", "UNIT_KINDS", "Unit", "backend_for",

@@ -23,8 +23,8 @@ from torch import Tensor
 
 from phaseinterp.backends.batching import BatchedNNsight
 from phaseinterp.backends.compat import TLCompat
-from phaseinterp.backends.edits import Edit, Positions, _positions, sites
-from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Unit
+from phaseinterp.backends.edits import Edit, _positions, sites
+from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Positions, Read, Unit
 
 SITE_ORDER = {"gate": 0, "entry": 1, "head": 10, "layer": 11}  # forward order inside one layer
 
@@ -49,18 +49,6 @@ def input_head_site(module: Any, n_heads: int, d_head: int) -> Site:
     return Site(get=lambda: module.input, set=set_input,
                 to_canon=lambda raw: raw.reshape(*raw.shape[:2], n_heads, d_head),
                 from_canon=lambda canon, raw: canon.reshape(raw.shape))
-
-
-@dataclass(frozen=True, eq=False)
-class Read:
-    """One activation to read: site ("head", "layer", "gate" or "entry"), layer, branch and, for
-    head and layer sites, the positions to keep: None (all), shared ints, or per row a tensor
-    [batch] / [batch, n_sites] (then the read is [batch, n_sites, ...])."""
-
-    site: str
-    layer: int
-    branch: int = 0
-    positions: Positions | None = None
 
 
 class Backend(TLCompat):

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.backends.edits import HookEdit
-
-if TYPE_CHECKING:
-    from phaseinterp.backends.base import Backend
+from phaseinterp.backends.units import Read
 
 _PATTERNS = [
     (re.compile(r"^blocks\.(\d+)\.attn\.hook_z$"), "head"),
@@ -38,7 +36,7 @@ _PATTERNS = [
 class TLCompat:
     """Mixin giving a backend `final_logits`, `run_units` and `capture` by hook name."""
 
-    def hook_names(self: Backend) -> list[str]:
+    def hook_names(self) -> list[str]:
         """Every hook name this backend answers to."""
         names = []
         for layer in range(self.cfg.n_layers):
@@ -47,7 +45,7 @@ class TLCompat:
                 names += [f"blocks.{layer}.attn.compress_{b}.hook_gate", f"blocks.{layer}.attn.compress_{b}.hook_out"]
         return names
 
-    def resolve_hook(self: Backend, name: str) -> tuple[str, int, int, bool]:
+    def resolve_hook(self, name: str) -> tuple[str, int, int, bool]:
         """(site, layer, branch, squeeze_channel) of a hook name; ValueError suggesting close names."""
         for pattern, site in _PATTERNS:
             m = pattern.match(name)
@@ -63,13 +61,13 @@ class TLCompat:
         raise ValueError(f"hook name {name!r} is not available on this backend ({self.cfg.model_class}); "
                          f"closest: {close}; see backend.hook_names()")
 
-    def final_logits(self: Backend, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]
+    def final_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]
                      ) -> Float[Tensor, "batch vocab"]:
         """Next-token logits at `query_pos[i]` of each row (as `interventions.runner.final_logits`),
         with the edits of enclosing `intervene` blocks."""
         return self.run_batched(tokens, [list(self._active)], positions=query_pos)[0]
 
-    def run_units(self: Backend, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+    def run_units(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
                   units: Sequence[dict[str, Callable[[Tensor], Tensor]]], *, max_rows: int = 2048
                   ) -> Float[Tensor, "unit batch vocab"]:
         """Logits at `query_pos` for each unit's `{hook name: fn(block) -> block}` edit, several
@@ -87,13 +85,11 @@ class TLCompat:
         per = max(1, max_rows // max(tokens.shape[0], 1))
         return self.run_batched(tokens, variants, positions=query_pos, variants_per_forward=per)
 
-    def capture(self: Backend, tokens: Int[Tensor, "batch pos"], names: Sequence[str],
+    def capture(self, tokens: Int[Tensor, "batch pos"], names: Sequence[str],
                 sites: Int[Tensor, "batch site"] | None = None) -> dict[str, Tensor]:
         """Activations at the given hook names from one forward (as `interventions.runner.capture`);
         `sites` [batch, n_sites] keeps only those positions of head and layer sites (only they are
         copied out of the trace)."""
-        from phaseinterp.backends.base import Read
-
         reads = {}
         for name in names:
             site, layer, branch, squeeze = self.resolve_hook(name)

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Union
+from typing import Callable, Union
 
 import torch
 from torch import Tensor
 
-from phaseinterp.backends.units import Unit
-
-if TYPE_CHECKING:
-    from phaseinterp.backends.base import Backend
+from phaseinterp.backends.units import Positions, Unit, UnitSpace
 
 
 def _positions(positions: int | tuple[int, ...] | list[int], size: int, what: str = "position") -> list[int]:
@@ -39,9 +36,6 @@ def _positions(positions: int | tuple[int, ...] | list[int], size: int, what: st
     if not out:
         raise ValueError(f"{what}s=() is empty: allowed one or more")
     return out
-
-
-Positions = Union[int, tuple[int, ...], Tensor]
 
 
 def sites(positions: Positions, batch: int, seq_len: int) -> Tensor:
@@ -102,7 +96,7 @@ class Replace:
 
     site = property(lambda self: ("layer" if self.unit.kind == "layer" else "head", self.unit.layer, 0))
 
-    def check(self, backend: Backend, batch: int, seq_len: int) -> None:
+    def check(self, backend: UnitSpace, batch: int, seq_len: int) -> None:
         backend.check_unit(self.unit)
         n_pos = sites(self.positions, batch, seq_len).shape[1]
         cfg = backend.cfg
@@ -110,7 +104,7 @@ class Replace:
                  else (batch, n_pos, len(backend.heads_of(self.unit)), cfg.d_head))
         _value(self.value, shape, f"Replace({self.unit.name})")
 
-    def apply(self, x: Tensor, backend: Backend) -> Tensor:
+    def apply(self, x: Tensor, backend: UnitSpace) -> Tensor:
         pos = sites(self.positions, x.shape[0], x.shape[1]).to(x.device)
         rows = torch.arange(x.shape[0], device=x.device)[:, None]
         value = torch.as_tensor(self.value, dtype=x.dtype, device=x.device)
@@ -165,7 +159,7 @@ class SetGate:
 
     site = property(lambda self: ("gate", self.unit.layer, self.unit.index))
 
-    def check(self, backend: Backend, batch: int, seq_len: int) -> None:
+    def check(self, backend: UnitSpace, batch: int, seq_len: int) -> None:
         backend.check_unit(self.unit)
         W = backend.cfg.gate_windows[self.unit.layer]
         w = self.weights
@@ -180,7 +174,7 @@ class SetGate:
     def _full(w: Tensor) -> Tensor:
         return w.view(-1, 1, 1) if w.ndim == 1 else w
 
-    def apply(self, x: Tensor, backend: Backend) -> Tensor:
+    def apply(self, x: Tensor, backend: UnitSpace) -> Tensor:
         """`x`: the canonical gate [batch, entry, W, kv_head, channel] the model computed."""
         batch, n, W = x.shape[:3]
         if isinstance(self.weights, str):
@@ -220,7 +214,7 @@ class SetEntries:
 
     site = property(lambda self: ("entry", self.unit.layer, self.unit.index))
 
-    def check(self, backend: Backend, batch: int, seq_len: int) -> None:
+    def check(self, backend: UnitSpace, batch: int, seq_len: int) -> None:
         backend.check_unit(self.unit)
         n = backend.n_entries(self.unit.layer, seq_len)
         if n == 0:
@@ -228,7 +222,7 @@ class SetEntries:
         idx = _positions(self.entries, n, "entry")
         _value(self.value, (batch, len(idx), *backend.entry_shape(self.unit.layer)), f"SetEntries({self.unit.name})")
 
-    def apply(self, x: Tensor, backend: Backend) -> Tensor:
+    def apply(self, x: Tensor, backend: UnitSpace) -> Tensor:
         idx = _positions(self.entries, x.shape[1], "entry")
         x = x.clone()
         x[:, idx] = torch.as_tensor(self.value, dtype=x.dtype, device=x.device).expand(x.shape[0], len(idx), *x.shape[2:])
@@ -253,10 +247,10 @@ class HookEdit:
     def unit(self) -> Unit:
         return Unit("layer", self.layer) if self.site_name in ("head", "layer") else Unit("gate", self.layer, self.branch)
 
-    def check(self, backend: Backend, batch: int, seq_len: int) -> None:
+    def check(self, backend: UnitSpace, batch: int, seq_len: int) -> None:
         backend.check_unit(self.unit)
 
-    def apply(self, x: Tensor, backend: Backend) -> Tensor:
+    def apply(self, x: Tensor, backend: UnitSpace) -> Tensor:
         if self.squeeze_channel:
             return self.fn(x[..., 0].clone())[..., None]
         return self.fn(x.clone())

@@ -14,10 +14,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Protocol, Union
+
+from jaxtyping import Bool
+from torch import Tensor
 
 UNIT_KINDS = ("layer", "kv_head", "head", "gate")
 _PREFIX = {"kv_head": "kv", "head": "h", "gate": "gate"}
 _NAME = re.compile(r"^L(\d+)(?:\.(kv|h|gate)(\d+))?$")
+
+#: Positions to read or edit: one int, shared ints, or per row a tensor [batch] / [batch, n_sites].
+Positions = Union[int, tuple[int, ...], Tensor]
 
 
 @dataclass(frozen=True, order=True)
@@ -121,3 +128,29 @@ class BackendConfig:
     def group(self) -> int:
         """Query heads per KV head."""
         return self.n_heads // self.n_kv_heads
+
+
+@dataclass(frozen=True, eq=False)
+class Read:
+    """One activation to read: site ("head", "layer", "gate" or "entry"), layer, branch and, for
+    head and layer sites, the positions to keep: None (all), shared ints, or per row a tensor
+    [batch] / [batch, n_sites] (then the read is [batch, n_sites, ...])."""
+
+    site: str
+    layer: int
+    branch: int = 0
+    positions: Positions | None = None
+
+
+class UnitSpace(Protocol):
+    """What an edit needs to know about the model it edits (every `Backend` is one): its shape
+    card and the shapes of its units."""
+
+    cfg: BackendConfig
+
+    def check_unit(self, unit: Unit) -> Unit: ...
+    def heads_of(self, unit: Unit) -> list[int]: ...
+    def n_entries(self, layer: int, seq_len: int) -> int: ...
+    def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]: ...
+    def gate_shape(self, layer: int) -> tuple[int, int]: ...
+    def entry_shape(self, layer: int) -> tuple[int, int]: ...

@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -21,7 +22,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
-    from phaseinterp.tasks import PROTOCOLS, VARIANTS
+    from phaseinterp.tasks.names import PROTOCOLS, VARIANTS
 
     p.add_argument("--modulus", type=int, help="residue modulus R (default: lcm of the model's strides)")
     p.add_argument("--n-per-residue", type=int, default=n_per_residue,
@@ -61,6 +62,8 @@ def load_model(args: argparse.Namespace) -> torch.nn.Module:
     """`phaseinterp.load(CHECKPOINT)` or `HookedCompressedTransformer(preset(NAME), seed=SEED)`, eval mode."""
     if (args.checkpoint is None) == (args.preset is None):
         raise ValueError("give a CHECKPOINT path or --preset NAME (exactly one)")
+    import torch
+
     from phaseinterp import HookedCompressedTransformer, load, preset
 
     torch.set_num_threads(max(1, args.threads))

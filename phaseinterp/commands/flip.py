@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     result.save(args.out / "flip.json")
-    result.figure().write_html(args.out / "flip.html", include_plotlyjs=True)
+    from phaseinterp.plot import flip_figure, save_html
+
+    save_html(flip_figure(result), args.out / "flip.html")
     print(result.describe())
     return 0

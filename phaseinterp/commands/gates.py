@@ -96,8 +96,8 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from phaseinterp.measure.provenance import model_config, versions
-    from phaseinterp.plot_maps import (cycling_figure, gate_dynamics_figure, gate_plane_figure, gate_profile_figure,
-                                       map_figure, save_html)
+    from phaseinterp.plot import (cycling_figure, gate_attribution_figure, gate_dynamics_figure, gate_plane_figure,
+                                  gate_profile_figure, map_figure, save_html)
 
     try:
         res = compute(args)
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         ga.attribution.save(out / "attribution.csv")
         ga.exact.save(out / "attribution_exact.json")
         save_html(map_figure(ga.attribution), out / "attribution.html")
-        save_html(ga.figure(), out / "attribution_vs_exact.html")
+        save_html(gate_attribution_figure(ga), out / "attribution_vs_exact.html")
         summary["attribution"] = {"reference": ga.meta["reference"], "spearman": ga.spearman,
                                   "spearman_units": ga.spearman_units,
                                   "top": ga.attribution.top(8, by="pos").to_dict(orient="records")}

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from phaseinterp.analysis import SpecializationMap
     from phaseinterp.measure import PhaseCurve
     from phaseinterp.plot import phase_figure
-    from phaseinterp.plot_maps import map_figure, save_html
+    from phaseinterp.plot import map_figure, save_html
 
     try:
         res = compute(args)

@@ -79,7 +79,7 @@ def knockout_maps(ckpts: list[Path], n: int, n_boot: int):
     import pandas as pd
 
     from phaseinterp.commands.knockout import compute, unit_summary
-    from phaseinterp.plot_maps import map_figure
+    from phaseinterp.plot import map_figure
     from phaseinterp.report import Section
 
     picks = [p for p in ckpts if p.stem in ("w4s4", "full")] or ckpts[:1]
@@ -101,7 +101,7 @@ def knockout_maps(ckpts: list[Path], n: int, n_boot: int):
 
 def gates(ckpts: list[Path], n: int, n_boot: int):
     from phaseinterp.commands.gates import compute
-    from phaseinterp.plot_maps import cycling_figure, gate_dynamics_figure, gate_plane_figure, gate_profile_figure
+    from phaseinterp.plot import cycling_figure, gate_dynamics_figure, gate_plane_figure, gate_profile_figure
     from phaseinterp.report import Section
 
     path = next((p for p in ckpts if p.stem == "w4s4"), None) or next(p for p in ckpts if p.stem != "full")
@@ -141,9 +141,10 @@ def deepseek(quick: bool):
     import pandas as pd
 
     from phaseinterp.backends import backend_for
-    from phaseinterp.backends.niah import deepseek_niah
+    from phaseinterp.tasks.niah import deepseek_niah
     from phaseinterp.backends.tiny import tiny_deepseek_v4, word_tokenizer
     from phaseinterp.flip import FillerSpec, completion_flip_text
+    from phaseinterp.plot import flip_figure
     from phaseinterp.measure import phase_sweep
     from phaseinterp.plot import phase_figure
     from phaseinterp.report import Section
@@ -159,15 +160,15 @@ def deepseek(quick: bool):
             "driven through nnsight with the same calls as our models: a text-mode NIAH phase sweep (DeepSeek "
             f"protocol) and a completion-flip sweep. Random weights: no phase effect is expected. {flip.describe()}")
     table = pd.DataFrame({"residue": range(len(curve.accuracy)), "accuracy": curve.accuracy, "n": curve.n})
-    return Section("DeepSeek-V4 through nnsight (tiny random model)", text, [table], [phase_figure(curve), flip.figure()])
+    return Section("DeepSeek-V4 through nnsight (tiny random model)", text, [table], [phase_figure(curve), flip_figure(flip)])
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from phaseinterp.mitigate.section import mitigation_section
-    from phaseinterp.train.zoo_table import zoo_section
+    from phaseinterp.report.mitigations import mitigation_section
+    from phaseinterp.report.zoo import zoo_section
     from phaseinterp.report import versions, write_report
 
     torch.set_num_threads(1)

@@ -46,7 +46,9 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--window", type=int, help="W: tokens folded into one entry")
     rule.add_argument("--stride", type=int, help="S: tokens between window starts")
     rule.add_argument("--gate", help="scalar (default), vector or uniform (deepseek-csa: vector)")
-    rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2 or 4")
+    rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2, 4 or a multiple of 4 "
+                      "(with --recipe zoo: instead of the member's)")
+    rule.add_argument("--width", type=int, help="d_model of the rule (default 64; the GPU zoo: 256)")
     rule.add_argument("--no-rope", action="store_true", help="no RoPE in the compressed layers")
     rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
     rule.add_argument("--member", help="with --recipe zoo: the zoo member (see phaseinterp.train.zoo.ZOO)")
@@ -79,7 +81,7 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
     from phaseinterp.train.hf_model import HFModelSpec
 
-    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "member")
+    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "member", "width")
                  if getattr(args, k, None) is not None] + (["--no-rope"] if getattr(args, "no_rope", False) else [])
     if getattr(args, "recipe", None) is None and rule_args:
         raise ValueError(f"{' '.join(rule_args)} apply only with --recipe rule (or --member with --recipe zoo)")
@@ -135,15 +137,21 @@ def _from_rule(args: argparse.Namespace):
     if args.recipe == "zoo":
         if args.member is None:
             raise ValueError(f"--recipe zoo needs --member: allowed {sorted(zoo.ZOO)}")
-        return f"zoo-{args.member}-s{seed}", *zoo.zoo_recipe(args.member, seed=seed)
+        if any(getattr(args, k) is not None for k in ("window", "stride", "gate", "layout")) or args.no_rope:
+            raise ValueError("--recipe zoo takes --member NAME (and optionally --kv-heads, --width); "
+                             "--window/--stride/--gate/--no-rope/--layout are for --recipe rule")
+        width = zoo.WIDTH if args.width is None else args.width
+        return (zoo.zoo_name(args.member, seed, width=width, kv_heads=args.kv_heads),
+                *zoo.zoo_recipe(args.member, seed=seed, width=width, kv_heads=args.kv_heads))
     if args.member is not None:
         raise ValueError("--member is for --recipe zoo; --recipe rule takes --window/--stride/--gate/--kv-heads/--no-rope/--layout")
     kv_heads, layout = args.kv_heads or 1, args.layout or "generic"
+    width = zoo.WIDTH if args.width is None else args.width
     model_cfg, tcfg = zoo.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=kv_heads,
-                                      rope=not args.no_rope, layout=layout, seed=seed)
+                                      rope=not args.no_rope, layout=layout, width=width, seed=seed)
     shape = layout if layout != "generic" else f"w{args.window}s{args.stride}"
     extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{kv_heads}" if kv_heads != 1 else "",
-                      "-norope" if args.no_rope else ""])
+                      "-norope" if args.no_rope else "", f"-d{width}" if width != zoo.WIDTH else ""])
     return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg
 
 

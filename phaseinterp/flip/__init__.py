@@ -8,8 +8,7 @@ Example:
     ([5, 5, 5], [7, 8, 9, 7])
 """
 
-from phaseinterp.flip.figure import flip_figure
 from phaseinterp.flip.filler import FAMILIES, FillerSpec
 from phaseinterp.flip.sweep import FlipResult, completion_flip, completion_flip_text
 
-__all__ = ["FAMILIES", "FillerSpec", "FlipResult", "completion_flip", "completion_flip_text", "flip_figure"]
+__all__ = ["FAMILIES", "FillerSpec", "FlipResult", "completion_flip", "completion_flip_text"]

@@ -76,7 +76,7 @@ class FillerSpec:
     def from_tokenizer(cls, tokenizer: Any, *, symbol: str = "#", words: Sequence[str] | None = None,
                        comment_prefix: str = "#", newline: str = "\n", n_words: int = 64, seed: int = 0) -> FillerSpec:
         """Ids from a HF tokenizer: `symbol` and `newline` must be single tokens; words default to
-        `n_words` single-token words from the vocabulary (`phaseinterp.backends.niah.single_token_words`)."""
+        `n_words` single-token words from the vocabulary (`phaseinterp.tasks.niah.single_token_words`)."""
         def one(text: str, what: str) -> int:
             ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
             if len(ids) != 1:
@@ -84,7 +84,7 @@ class FillerSpec:
             return ids[0]
 
         if words is None:
-            from phaseinterp.backends.niah import single_token_words
+            from phaseinterp.tasks.niah import single_token_words
 
             words = single_token_words(tokenizer, n_words, seed=seed)
         word_ids = [one(" " + w, "word") if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1

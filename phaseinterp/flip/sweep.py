@@ -119,12 +119,6 @@ class FlipResult:
                 f"{s['agree']} of {s['lengths']} lengths; variance share of L mod {self.stride}: {s['share']:.2f} "
                 f"(structureless {s['share_baseline']:.2f}, p={s['p_value']:.4f})")
 
-    def figure(self, **kwargs: Any):
-        """Plotly figure (see `phaseinterp.flip.figure.flip_figure`)."""
-        from phaseinterp.flip.figure import flip_figure
-
-        return flip_figure(self, **kwargs)
-
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["summary"] = self.summary()

@@ -25,7 +25,7 @@ from jaxtyping import Float, Int
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from phaseinterp.analysis.specialization import SpecializationMap
+from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.overrides import BRANCH_NAMES, TARGETS, compressors, gate_override_hooks, override_values
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.patching import logit_diff, top_other
@@ -115,14 +115,6 @@ class GateAttribution:
         return jsonable({"attribution": self.attribution.to_dict(),
                          "exact": None if self.exact is None else self.exact.to_dict(),
                          "spearman": self.spearman, "spearman_units": self.spearman_units, "meta": self.meta})
-
-    def figure(self):
-        from phaseinterp.plot_maps import attribution_scatter
-
-        if self.exact is None:
-            raise ValueError("no exact effects (run gate_attribution with validate=True)")
-        return attribution_scatter(self.attribution, self.exact,
-                                   title=f"gate attribution vs exact (Spearman {self.spearman:.2f})")
 
     def __repr__(self) -> str:
         return (f"GateAttribution({self.meta.get('target')} vs {self.meta.get('reference')}, "

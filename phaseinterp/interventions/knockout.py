@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from phaseinterp.analysis.specialization import SpecializationMap
+from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate, check_calibration,
                                                    check_positions, site_positions)
 from phaseinterp.interventions.incremental import FinalPositionRun

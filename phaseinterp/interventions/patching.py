@@ -21,7 +21,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from phaseinterp.analysis.specialization import SpecializationMap
+from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.knockout import knockout_edit, unit_axis, unit_coords

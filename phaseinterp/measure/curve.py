@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import math
 import warnings
@@ -84,8 +85,6 @@ class PhaseCurve:
     seed: int = 0
     config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
-
-    html_plotlyjs = "cdn"  # how `_repr_html_` embeds plotly.js; set True for offline notebooks
 
     @classmethod
     def from_correct(cls, correct: Bool[Tensor, " row"] | Bool[np.ndarray, " row"], batch: PhaseBatch | None = None,
@@ -266,9 +265,7 @@ class PhaseCurve:
                 f"gap={self.gap_pp:.1f} pp, p={self.p_value:.3g}: {self.verdict()})")
 
     def _repr_html_(self) -> str:
-        from phaseinterp.plot import phase_figure
-
-        fig = phase_figure(self).to_html(full_html=False, include_plotlyjs=self.html_plotlyjs)
         table = self.to_pandas().to_html(index=False, float_format=lambda x: f"{x:.3f}")
-        return f"<div><p><code>{self!r}</code></p>{table}{fig}</div>"
+        return (f"<div><p><code>{html.escape(repr(self))}</code></p>{table}"
+                f"<p>figure: <code>phaseinterp.plot.phase_figure(curve)</code></p></div>")
 

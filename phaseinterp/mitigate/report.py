@@ -85,7 +85,7 @@ def write_outputs(out: str | Path, result: dict[str, Any], settings, maps: dict[
                   png: bool = False) -> list[Path]:
     from phaseinterp.measure.provenance import dumps, jsonable, versions
     from phaseinterp.plot import save_html
-    from phaseinterp.plot_maps import map_figure
+    from phaseinterp.plot import map_figure
 
     out = Path(out)
     rows, summary = result["rows"], result["summary"]
@@ -101,7 +101,7 @@ def write_outputs(out: str | Path, result: dict[str, Any], settings, maps: dict[
         for name, smap in maps.items():
             smap.save(out / "knockout" / f"{name}.json")
             figures[f"knockout-{name}"] = map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout (%)")
-            written.append(save_html(figures[f"knockout-{name}"], out / "knockout" / f"{name}.html"))
+            written.append(save_html(figures[f"knockout-{name}"], out / "knockout" / f"{name}.html", root=out))
     written[1].write_text(dumps(payload))
     written[2].write_text(markdown_table(summary, rows))
     save_html(fig, written[3])

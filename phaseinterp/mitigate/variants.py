@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from phaseinterp.config import ModelConfig
-from phaseinterp.train.config import TrainConfig
-from phaseinterp.train.mitigation import Mitigation
-from phaseinterp.train.recipes import recipe
+if TYPE_CHECKING:
+    from phaseinterp.config import ModelConfig
+    from phaseinterp.train.config import TrainConfig
 
 #: Regularizer weights, two values each (not tuned further: the loss is ~0.1-5 nats, the penalties
 #: are in [0, 1] and [0, log W]).
@@ -35,15 +34,18 @@ class Variant:
     name: str
     description: str
     model_changes: dict[str, Any]  # CompressionConfig fields changed in every compressed layer
-    mitigation: Mitigation = Mitigation()
+    mitigation: dict[str, Any] = dataclasses.field(default_factory=dict)  # Mitigation fields (none: no mitigation)
     base: str = "w4s4"  # recipe the variant starts from
 
     def configs(self, seed: int, steps: int | None = None) -> tuple[ModelConfig, TrainConfig]:
+        from phaseinterp.train.mitigation import Mitigation
+        from phaseinterp.train.recipes import recipe
+
         model_cfg, tcfg = recipe(self.base)
         if self.model_changes:
             layers = tuple(s if s == "full" else dataclasses.replace(s, **self.model_changes) for s in model_cfg.layers)
             model_cfg = model_cfg.replace(layers=layers)
-        changes: dict[str, Any] = {"seed": seed, "mitigation": self.mitigation}
+        changes: dict[str, Any] = {"seed": seed, "mitigation": Mitigation(**self.mitigation)}
         if steps is not None:
             changes.update(steps=steps, warmup_steps=min(tcfg.warmup_steps, max(1, steps // 10)),
                            checkpoint_every=min(tcfg.checkpoint_every, steps),
@@ -55,17 +57,17 @@ class Variant:
 VARIANTS: dict[str, Variant] = {v.name: v for v in [
     Variant("baseline", "W4/S4, the shipped recipe", {}),
     Variant("random-offsets", "chunk grid shifted by a random offset per training sequence", {},
-            Mitigation(random_offsets=True)),
+            {"random_offsets": True}),
     Variant("multi-offset", "two chunk grids shifted by S/2, each with its own gates (2x entries)", {"chunkings": 2}),
     Variant("overlap", "overlapping windows W8/S4", {"window": 8}),
     Variant("overlap-s2", "W4/S2: windows every 2 tokens (2x entries, memory-matched to multi-offset)", {"stride": 2}),
     Variant("coverage", f"coverage regularizer, weight {COVERAGE_WEIGHT}", {},
-            Mitigation(coverage_weight=COVERAGE_WEIGHT)),
+            {"coverage_weight": COVERAGE_WEIGHT}),
     Variant("entropy", f"static gate-entropy regularizer, weight {ENTROPY_WEIGHT}", {},
-            Mitigation(entropy_weight=ENTROPY_WEIGHT)),
-    Variant("coverage-weak", f"coverage regularizer, weight {WEAK_WEIGHT}", {}, Mitigation(coverage_weight=WEAK_WEIGHT)),
+            {"entropy_weight": ENTROPY_WEIGHT}),
+    Variant("coverage-weak", f"coverage regularizer, weight {WEAK_WEIGHT}", {}, {"coverage_weight": WEAK_WEIGHT}),
     Variant("entropy-weak", f"static gate-entropy regularizer, weight {WEAK_WEIGHT}", {},
-            Mitigation(entropy_weight=WEAK_WEIGHT)),
+            {"entropy_weight": WEAK_WEIGHT}),
     Variant("full", "full attention (reference)", {}, base="full"),
 ]}
 

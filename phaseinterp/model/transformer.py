@@ -180,6 +180,6 @@ class HookedCompressedTransformer(HookedRootModule):
 
     def save(self, path: str) -> None:
         """Write weights and config to `path` (safetensors, atomically). See `phaseinterp.load`."""
-        from phaseinterp.checkpoint import save_model
+        from phaseinterp.checkpoint_io import save_model
 
         save_model(self, path)

@@ -1,12 +1,14 @@
 """Phase-stratified needle-in-a-haystack tasks, built at the token level (see docs/tasks.md)."""
 
-from phaseinterp.tasks.batch import PhaseBatch
-from phaseinterp.tasks.layout import PROTOCOLS, Geometry, MatchedTargets, default_modulus
-from phaseinterp.tasks.pools import TokenPools
-from phaseinterp.tasks.record_lookup import SPLITS, VARIANTS, RecordLookup
-from phaseinterp.tasks.text import TextRecordLookup
+from phaseinterp._lazy import lazy_exports
 
-TASKS = {"record_lookup": RecordLookup, "text_record_lookup": TextRecordLookup}
-
-__all__ = ["PROTOCOLS", "SPLITS", "TASKS", "VARIANTS", "Geometry", "MatchedTargets", "PhaseBatch",
-           "RecordLookup", "TextRecordLookup", "TokenPools", "default_modulus"]
+_EXPORTS = {
+    **dict.fromkeys(('PhaseBatch',), "batch"),
+    **dict.fromkeys(('Geometry', 'MatchedTargets', 'default_modulus'), "layout"),
+    **dict.fromkeys(('TokenPools',), "pools"),
+    **dict.fromkeys(('PROTOCOLS', 'SPLITS', 'VARIANTS'), "names"),
+    **dict.fromkeys(('RecordLookup',), "record_lookup"),
+    **dict.fromkeys(('TextRecordLookup', 'TASKS'), "text"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-PROTOCOLS = ("prefix", "insequence")
+from phaseinterp.tasks.names import PROTOCOLS
 
 
 def check_protocol(protocol: str) -> str:

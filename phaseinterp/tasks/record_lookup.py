@@ -26,17 +26,7 @@ import torch
 from phaseinterp.tasks.batch import PhaseBatch
 from phaseinterp.tasks.layout import Geometry, MatchedTargets, check_protocol, offset_range, target_variance
 from phaseinterp.tasks.pools import TokenPools
-
-SPLITS = ("eval", "calibration")
-
-VARIANTS: dict[str, dict[str, int]] = {
-    "lookup": {},
-    "multitoken": {"key_len": 2, "value_len": 2},
-    "multikey": {"key_len": 2, "value_len": 2, "n_distractors": 8},
-    "multivalue": {"n_values": 2},
-    "multiquery": {"n_queries": 4},
-}
-
+from phaseinterp.tasks.names import SPLITS, VARIANTS
 
 def _at_least(name: str, value: int, low: int) -> None:
     if int(value) != value or value < low:

@@ -145,3 +145,6 @@ class TextRecordLookup:
         batch = self.task.sample(n_per_residue, modulus, **kwargs)
         batch.meta["text_mode"] = {"chat_template": self.chat_template, "separator": self.separator}
         return self.verify(batch)
+
+
+TASKS = {"record_lookup": RecordLookup, "text_record_lookup": TextRecordLookup}

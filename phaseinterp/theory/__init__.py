@@ -14,46 +14,16 @@ Example:
     True
 """
 
-from phaseinterp.theory.config import FlowConfig, TheoryConfig
-from phaseinterp.theory.diagnostics import (
-    Evaluation,
-    best_coverage,
-    evaluate,
-    expected_random_coverage,
-    gate_stats,
-    head_table,
-    phase_accuracy,
-)
-from phaseinterp.theory.experiments import (
-    Experiment,
-    run_optimum,
-    run_seeds,
-    run_sweep,
-    run_trajectory,
-)
-from phaseinterp.theory.flow import FlowResult, flow_field, init_table, integrate
-from phaseinterp.theory.model import (
-    candidate_logits,
-    gate_probs,
-    gate_table,
-    gated_loss,
-    query_losses,
-    static_loss_mc,
-)
-from phaseinterp.theory.optimum import (
-    exact_static_loss,
-    optimize_static_rules,
-    static_rule_survey,
-    theorem1_loss,
-    theorem1_rules,
-)
-from phaseinterp.theory.task import RunData, build_runs, make_embeddings, near_equiangular_gram, sample_contexts
+from phaseinterp._lazy import lazy_exports
 
-__all__ = [
-    "Evaluation", "Experiment", "FlowConfig", "FlowResult", "RunData", "TheoryConfig", "best_coverage",
-    "build_runs", "candidate_logits", "evaluate", "exact_static_loss", "expected_random_coverage", "flow_field",
-    "gate_probs", "gate_stats", "gate_table", "gated_loss", "head_table", "init_table", "integrate",
-    "make_embeddings", "near_equiangular_gram", "optimize_static_rules", "phase_accuracy", "query_losses",
-    "run_optimum", "run_seeds", "run_sweep", "run_trajectory", "sample_contexts", "static_loss_mc",
-    "static_rule_survey", "theorem1_loss", "theorem1_rules",
-]
+_EXPORTS = {
+    **dict.fromkeys(('FlowConfig', 'TheoryConfig'), "config"),
+    **dict.fromkeys(('Evaluation', 'best_coverage', 'evaluate', 'expected_random_coverage', 'gate_stats', 'head_table', 'phase_accuracy'), "diagnostics"),
+    **dict.fromkeys(('Experiment', 'run_optimum', 'run_seeds', 'run_sweep', 'run_trajectory'), "experiments"),
+    **dict.fromkeys(('FlowResult', 'flow_field', 'init_table', 'integrate'), "flow"),
+    **dict.fromkeys(('candidate_logits', 'gate_probs', 'gate_table', 'gated_loss', 'query_losses', 'static_loss_mc'), "model"),
+    **dict.fromkeys(('exact_static_loss', 'optimize_static_rules', 'static_rule_survey', 'theorem1_loss', 'theorem1_rules'), "optimum"),
+    **dict.fromkeys(('RunData', 'build_runs', 'make_embeddings', 'near_equiangular_gram', 'sample_contexts'), "task"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -53,7 +53,10 @@ class Experiment:
 
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write ``<table>.csv``, ``<table>.json`` (records), ``meta.json`` and ``<figure>.html``
-        (self-contained, plotly.js embedded) into ``out_dir``; returns the paths written."""
+        (loading the folder's one ``plotly.min.js``, see `phaseinterp.plot.save_html`) into
+        ``out_dir``; returns the paths written."""
+        from phaseinterp.plot import save_html
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = []
@@ -64,8 +67,7 @@ class Experiment:
         (out / "meta.json").write_text(json.dumps(self.meta, indent=2, default=str))
         paths.append(out / "meta.json")
         for key, fig in self.figures.items():
-            fig.write_html(out / f"{key}.html", include_plotlyjs=True, full_html=True)
-            paths.append(out / f"{key}.html")
+            paths.append(save_html(fig, out / f"{key}.html"))
         return paths
 
 

@@ -8,11 +8,14 @@ Example:
     >>> result = train(model_cfg, tcfg.replace(steps=20), "runs/w4s4-smoke")  # doctest: +SKIP
 """
 
-from phaseinterp.train.config import TrainConfig
-from phaseinterp.train.data import Mixture, TrainBatch, make_batch
-from phaseinterp.train.loop import TrainResult, train
-from phaseinterp.train.recipes import RECIPES, recipe
-from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_checkpoint_for_resume, save_checkpoint
+from phaseinterp._lazy import lazy_exports
 
-__all__ = ["Mixture", "RECIPES", "TrainBatch", "TrainConfig", "TrainResult", "latest_checkpoint", "list_checkpoints",
-           "load_checkpoint_for_resume", "make_batch", "recipe", "save_checkpoint", "train"]
+_EXPORTS = {
+    **dict.fromkeys(('TrainConfig',), "config"),
+    **dict.fromkeys(('Mixture', 'TrainBatch', 'make_batch'), "data"),
+    **dict.fromkeys(('TrainResult', 'train'), "loop"),
+    **dict.fromkeys(('RECIPES', 'recipe'), "recipes"),
+    **dict.fromkeys(('latest_checkpoint', 'list_checkpoints', 'load_checkpoint_for_resume', 'save_checkpoint'), "state"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -221,7 +221,7 @@ class HFCausalLM(torch.nn.Module):
 
     def save(self, path, extra: dict | None = None):
         """Write a checkpoint (`phaseinterp.load` reads it back as an `HFCausalLM`, `load_hf` as the HF model)."""
-        from phaseinterp.checkpoint import save_model
+        from phaseinterp.checkpoint_io import save_model
 
         return save_model(self, path, extra=extra)
 

@@ -60,7 +60,8 @@ def _check(name: str, value: Any, low: int) -> None:
 
 
 def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: str | None = None, kv_heads: int = 1,
-                rope: bool = True, layout: str = "generic", seed: int = 0) -> tuple[ModelConfig, TrainConfig]:
+                rope: bool = True, layout: str = "generic", width: int = WIDTH, seed: int = 0
+                ) -> tuple[ModelConfig, TrainConfig]:
     """(ModelConfig, TrainConfig) of the recipe rule.
 
     Args:
@@ -68,9 +69,12 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             layout="full" or "deepseek-csa" (CSA is W8/S4 by construction).
         gate: "scalar" (default), "vector" or "uniform" for the generic layout; deepseek-csa has
             vector gates.
-        kv_heads: KV heads per layer (a divisor of 4, the query heads).
+        kv_heads: KV heads per layer: a divisor of the 4 query heads, or a multiple of 4 (then the
+            model has as many query heads, one per KV head).
         rope: False drops RoPE from the compressed layers (queries, local keys and entries).
         layout: "generic", "deepseek-csa" (DeepSeek-V4's CSA compressor) or "full" attention.
+        width: d_model (MLP 3 x width); 64 on CPU, 256 in `scripts/train_zoo_gpu.sh`. Head size,
+            data, steps and schedule do not change with it.
         seed: model and data seed.
 
     Raises:
@@ -79,8 +83,10 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r} is invalid: allowed one of {list(LAYOUTS)}")
     _check("kv_heads", kv_heads, 1)
-    if N_HEADS % kv_heads:
-        raise ValueError(f"kv_heads={kv_heads} is invalid: allowed a divisor of the {N_HEADS} query heads (1, 2, 4)")
+    if N_HEADS % kv_heads and kv_heads % N_HEADS:
+        raise ValueError(f"kv_heads={kv_heads} is invalid: allowed a divisor of the {N_HEADS} query heads (1, 2, 4) "
+                         f"or a multiple of {N_HEADS}")
+    _check("width", width, 8)
     _check("seed", seed, 0)
     if layout == "deepseek-csa" and gate not in (None, "vector"):
         raise ValueError(f"gate={gate!r} is invalid for layout='deepseek-csa': allowed 'vector' (DeepSeek-V4's CSA gates)")
@@ -104,8 +110,8 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             spec = dataclasses.replace(DEEPSEEK_CSA, rope="partial" if rope else "none",
                                        rope_dims=DEEPSEEK_CSA.rope_dims if rope else None, local_window=LOCAL_WINDOW)
     comp = None if spec == "full" else spec
-    model_cfg = ModelConfig(vocab_size=VOCAB, d_model=WIDTH, n_layers=2, n_heads=N_HEADS, n_kv_heads=kv_heads,
-                            d_head=D_HEAD, d_mlp=3 * WIDTH, n_ctx=512, layers=uniform_schedule(2, spec),
+    model_cfg = ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=2, n_heads=max(N_HEADS, kv_heads),
+                            n_kv_heads=kv_heads, d_head=D_HEAD, d_mlp=3 * width, n_ctx=512, layers=uniform_schedule(2, spec),
                             gate_bias_init_std=GATE_BIAS_INIT_STD)
     steps = steps_for(None if comp is None else comp.window)
     mixture = MIXTURE
@@ -126,11 +132,21 @@ ZOO: dict[str, dict[str, Any]] = {
 }
 
 
-def zoo_recipe(name: str, seed: int = 0) -> tuple[ModelConfig, TrainConfig]:
-    """The rule's configs of zoo member `name` (see `ZOO`)."""
+def zoo_recipe(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | None = None
+               ) -> tuple[ModelConfig, TrainConfig]:
+    """The rule's configs of zoo member `name` (see `ZOO`), optionally at another width or with
+    `kv_heads` KV heads instead of the member's (the larger zoo of `scripts/train_zoo_gpu.sh`)."""
     if name not in ZOO:
         raise ValueError(f"unknown zoo member {name!r}: allowed {sorted(ZOO)}")
-    return rule_recipe(**ZOO[name], seed=seed)
+    member = {**ZOO[name], **({} if kv_heads is None else {"kv_heads": kv_heads})}
+    return rule_recipe(**member, width=width, seed=seed)
 
 
-__all__ = ["LEARNED_BEST", "ZOO", "period", "rule_recipe", "steps_for", "zoo_recipe"]
+def zoo_name(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | None = None) -> str:
+    """The run and card name of a zoo member: `zoo-NAME-sSEED`, with `-dWIDTH` and `-kvK` when they
+    differ from the shipped zoo's (e.g. "zoo-w8s8-d256-kv8-s0")."""
+    extras = (f"-d{width}" if width != WIDTH else "") + ("" if kv_heads is None else f"-kv{kv_heads}")
+    return f"zoo-{name}{extras}-s{seed}"
+
+
+__all__ = ["LEARNED_BEST", "WIDTH", "ZOO", "period", "rule_recipe", "steps_for", "zoo_name", "zoo_recipe"]

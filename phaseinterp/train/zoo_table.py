@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from phaseinterp.measure.periodicity import period_share
+from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, rows_for
 from phaseinterp.train.result import FULL_STRIDE, _architecture, sweep_checkpoint
 from phaseinterp.train.zoo import period
 
-PROTOCOLS = ("prefix", "insequence")
 
 
 def table_period(stride: int | None) -> int:
@@ -103,8 +103,10 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
 
 
 def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
-        n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS) -> list[dict[str, Any]]:
-    """Sweep every zoo card in `checkpoints`; write zoo.md, zoo.json and zoo.csv to `out`."""
+        n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS, width: int | None = None,
+        kv_heads: int | None = None) -> list[dict[str, Any]]:
+    """Sweep every zoo card in `checkpoints`; write zoo.md, zoo.json and zoo.csv to `out`. `width` and
+    `kv_heads` name the zoo the folder should hold (`zoo_name`), for the list of runs not trained yet."""
     import pandas as pd
     import torch
 
@@ -121,9 +123,10 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
             r = rows[-1]
             print(f"{r['model']:22s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} gap {r['gap_pp']:5.1f} pp "
                   f"period {r['dominant_period']}  {r['verdict']}", flush=True)
-    from phaseinterp.train.zoo import ZOO
+    from phaseinterp.train.zoo import WIDTH, ZOO, zoo_name
 
-    missing = [f"zoo-{m}-s{seed}" for m in ZOO for seed in (0, 1) if not (checkpoints / f"zoo-{m}-s{seed}.json").is_file()]
+    names = [zoo_name(m, seed, width=width or WIDTH, kv_heads=kv_heads) for m in ZOO for seed in (0, 1)]
+    missing = [n for n in names if not (checkpoints / f"{n}.json").is_file()]
     note = (f"Not trained yet ({len(missing)} of {2 * len(ZOO)} runs; `python scripts/train_zoo.py` trains what is "
             f"missing): {', '.join(missing)}.\n\n" if missing else "")
     out.mkdir(parents=True, exist_ok=True)
@@ -136,33 +139,6 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     return rows
 
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "zoo.json"
-
-
-def zoo_section(path: Path = RESULTS):
-    """The report section of the shipped zoo table: the table and the prefix-padding curves."""
-    import pandas as pd
-
-    from phaseinterp.plot import zoo_figure
-    from phaseinterp.report import Section
-
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: train the zoo (scripts/train_zoo.py), then "
-                                "`python -m phaseinterp.train.zoo_table`")
-    rows = json.loads(path.read_text())["rows"]
-    table = pd.DataFrame([{"model": r["model"], "architecture": r["architecture"], "KV heads": r["kv_heads"],
-                           "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"], "learned": r["learned"],
-                           "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
-                           "gap CI": f"[{r['gap_ci_pp'][0]:.1f}, {r['gap_ci_pp'][1]:.1f}]", "best r": r["best_residue"],
-                           "dominant period": r["dominant_period"], "verdict": r["verdict"]} for r in rows])
-    text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
-            "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "
-            "model should show dominant period S; full attention should be flat. Regenerate with "
-            "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
-    return Section("The zoo: phase curves of every compressor", text, [table],
-                   [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--checkpoints", type=Path, default=Path("assets/checkpoints/zoo"))
@@ -171,9 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--n-perm", type=int, default=2000)
+    p.add_argument("--width", type=int, help="the zoo's width, when not the shipped one (names the missing runs)")
+    p.add_argument("--kv-heads", type=int, help="the zoo's KV heads, when overridden (names the missing runs)")
     args = p.parse_args(argv)
     run(args.checkpoints, args.out, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm,
-        protocols=tuple(args.protocols))
+        protocols=tuple(args.protocols), width=args.width, kv_heads=args.kv_heads)
     return 0
 
 

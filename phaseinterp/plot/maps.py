@@ -1,5 +1,5 @@
-"""Plotly figures for specialization maps, gate statistics and gate cycling (never `show()`n);
-write them with `phaseinterp.plot.save_html`."""
+"""Plotly figures of specialization maps, gate statistics, gate cycling and gate attribution
+(never `show()`n); write them with `phaseinterp.plot.save_html`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from phaseinterp.plot import save_html  # noqa: F401  (re-exported: one import for figures and export)
-
 if TYPE_CHECKING:
-    from phaseinterp.analysis.specialization import SpecializationMap
+    from phaseinterp.measure.specialization import SpecializationMap
+    from phaseinterp.interventions.attribution import GateAttribution
     from phaseinterp.interventions.cycling import CyclingResult
 
 
@@ -154,6 +153,14 @@ def attribution_scatter(attribution: SpecializationMap, exact: SpecializationMap
     fig.update_layout(title=title or "attribution vs exact intervention", xaxis_title="attribution (first order)",
                       yaxis_title="exact effect", template="plotly_white")
     return fig
+
+
+def gate_attribution_figure(result: GateAttribution) -> go.Figure:
+    """`attribution_scatter` of a `gate_attribution(..., validate=True)` result, its Spearman in the title."""
+    if result.exact is None:
+        raise ValueError("no exact effects (run gate_attribution with validate=True)")
+    return attribution_scatter(result.attribution, result.exact,
+                               title=f"gate attribution vs exact (Spearman {result.spearman:.2f})")
 
 
 def _need(df: Any, cols: list[str]) -> None:

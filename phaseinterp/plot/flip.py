@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from phaseinterp.flip.sweep import FlipResult
+if TYPE_CHECKING:
+    from phaseinterp.flip.sweep import FlipResult
+
 
 
 def flip_figure(result: FlipResult, *, title: str | None = None) -> go.Figure:

@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from phaseinterp.backends.niah import PAPER_DENSITY, deepseek_niah, single_token_words
+from phaseinterp.tasks.niah import PAPER_DENSITY, deepseek_niah, single_token_words
 
 SYLLABLES = ["".join(p) for p in itertools.product("bcdfghklmnprstvz", "aeiou", "bcdfghklmnprstvz")]
 

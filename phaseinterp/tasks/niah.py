@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from phaseinterp.tasks import TextRecordLookup
+from phaseinterp.tasks.text import TextRecordLookup
 
 PAPER_DENSITY = 16_000 / 131_072  # records per token in the paper's 128K prompts
 

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from phaseinterp.report.document import Section
+
 RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "mitigations"
 
 
 def mitigation_section(results: Path = RESULTS):
-    from phaseinterp.analysis import SpecializationMap
+    from phaseinterp.measure.specialization import SpecializationMap
     from phaseinterp.mitigate.report import memory_figure
-    from phaseinterp.plot_maps import map_figure
-    from phaseinterp.report import Section
+    from phaseinterp.plot import map_figure
 
     path = results / "mitigations.json"
     if not path.is_file():

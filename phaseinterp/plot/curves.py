@@ -1,8 +1,7 @@
-"""Plotly figures of phase curves (never calls `show()`), and HTML export."""
+"""Plotly figures of phase curves and of the zoo (never calls `show()`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -91,11 +90,3 @@ def zoo_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: str 
                       xaxis_title="residue r = key position mod R", yaxis_title="accuracy (%)",
                       yaxis=dict(range=[-2, 102]), template="plotly_white")
     return fig
-
-
-def save_html(fig: go.Figure, path: str | Path, *, include_plotlyjs: bool | str = True) -> Path:
-    """Write `fig` as HTML (self-contained and offline by default); return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(path, include_plotlyjs=include_plotlyjs)
-    return path

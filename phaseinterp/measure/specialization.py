@@ -3,6 +3,7 @@ with its provenance, ranking, coverage, tables, JSON round trip and a heatmap.""
 
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,8 +59,6 @@ class SpecializationMap:
     direction: int = -1
     clip: float | int | None = 100.0
     meta: dict[str, Any] = field(default_factory=dict)
-
-    html_plotlyjs = "cdn"  # how `_repr_html_` embeds plotly.js; True for offline notebooks
 
     def __post_init__(self) -> None:
         self.values = np.asarray(self.values, dtype=np.float64)
@@ -222,13 +221,7 @@ class SpecializationMap:
         """Read a map written by `save(... .json)`."""
         return cls.from_dict(json.loads(Path(path).read_text()))
 
-    # ---- display --------------------------------------------------------------------------------
-    def figure(self, **kwargs: Any):
-        """Plotly heatmap (see `phaseinterp.plot_maps.map_figure`)."""
-        from phaseinterp.plot_maps import map_figure
-
-        return map_figure(self, **kwargs)
-
+    # ---- display (figures: `phaseinterp.plot.map_figure`) ------------------------------------------
     def __repr__(self) -> str:
         what = self.meta.get("intervention", {}).get("kind", "") if isinstance(self.meta.get("intervention"), dict) else ""
         shape = " x ".join(f"{d}[{n}]" for d, n in zip(self.dims, self.shape))
@@ -237,9 +230,9 @@ class SpecializationMap:
         return f"SpecializationMap({what + ': ' if what else ''}{shape}, {self.quantity or 'value'}{rng})"
 
     def _repr_html_(self) -> str:
-        fig = self.figure().to_html(full_html=False, include_plotlyjs=self.html_plotlyjs)
         top = self.top(min(8, int(np.isfinite(self.values).sum()) or 1)).to_html(index=False, float_format=lambda x: f"{x:.3g}")
-        return f"<div><p><code>{self!r}</code></p>{fig}<p>top cells</p>{top}</div>"
+        return (f"<div><p><code>{html.escape(repr(self))}</code></p><p>top cells (heatmap: "
+                f"<code>phaseinterp.plot.map_figure(map)</code>)</p>{top}</div>")
 
 
 def stack_maps(maps: Sequence[SpecializationMap], dim: str, labels: Sequence[Any]) -> SpecializationMap:

@@ -1,0 +1,106 @@
+"""The checkpoint file: safetensors with the config JSON in the metadata, written atomically, and
+read back as metadata and as tensors checked against the state dict a config builds.
+
+Builds no model (`phaseinterp.checkpoint.load` does), so that model classes save themselves
+through it without an import cycle. Formats: see `phaseinterp.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+FORMAT = "phaseinterp-checkpoint-v1"
+HF_FORMAT = "phaseinterp-hf-checkpoint-v1"
+
+
+def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
+    """Write `model`'s weights and config to `path`; a temp file is renamed into place, so `path`
+    never holds a half-written checkpoint. `extra` (JSON-serializable) lands in the metadata."""
+    from phaseinterp import __version__
+
+    if getattr(model, "is_hf_causal_lm", False):
+        return save_hf(model, path, extra=extra)
+    path = Path(path)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    metadata = {
+        "format": FORMAT,
+        "config": json.dumps(model.cfg.to_dict()),
+        "phaseinterp_version": __version__,
+        "extra": json.dumps(extra or {}),
+    }
+    return _write_atomically(tensors, metadata, path)
+
+
+def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
+    """Write an `HFCausalLM`: the HF model's state dict (tensors copied, so tied weights save
+    fine) and its spec in the metadata; atomic like `save_model`."""
+    import transformers
+
+    from phaseinterp import __version__
+
+    path = Path(path)
+    tensors = {k: v.detach().cpu().clone().contiguous() for k, v in model.hf.state_dict().items()}
+    metadata = {
+        "format": HF_FORMAT,
+        "config": json.dumps(model.cfg.to_dict()),
+        "transformers_version": transformers.__version__,
+        "phaseinterp_version": __version__,
+        "extra": json.dumps(extra or {}),
+    }
+    return _write_atomically(tensors, metadata, path)
+
+
+def _write_atomically(tensors: dict, metadata: dict, path: Path) -> Path:
+    """safetensors file written to a temporary name, then renamed: a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint is an ordinary file
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """The checkpoint's metadata (header only), with "config" and "extra" decoded."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"{str(path)!r} is not a readable safetensors checkpoint (truncated or corrupt?): {e}") from e
+    if meta.get("format") not in (FORMAT, HF_FORMAT):
+        raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected {FORMAT!r} "
+                         f"or {HF_FORMAT!r}")
+    meta["config"] = json.loads(meta["config"])
+    meta["extra"] = json.loads(meta.get("extra", "{}"))
+    return meta
+
+
+def read_tensors(path: str | os.PathLike, expected: dict, device: str) -> dict:
+    """The checkpoint's tensors, checked against the state dict its config builds (names, shapes)."""
+    try:
+        tensors = load_file(str(path), device=device)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"{str(path)!r}: could not read tensors (truncated or corrupt?): {e}") from e
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{str(path)!r} does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, t in tensors.items():
+        if t.shape != expected[name].shape:
+            raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
+    return tensors

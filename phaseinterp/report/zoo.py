@@ -1,0 +1,38 @@
+"""The report section of the zoo, from its shipped table (`assets/results/zoo.json`, written by
+`python -m phaseinterp.train.zoo_table`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from phaseinterp.report.document import Section
+from phaseinterp.tasks.names import PROTOCOLS
+
+RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "zoo.json"
+
+
+def zoo_section(path: Path = RESULTS):
+    """The report section of the shipped zoo table: the table and the prefix-padding curves."""
+    import pandas as pd
+
+    from phaseinterp.plot import zoo_figure
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: train the zoo (scripts/train_zoo.py), then "
+                                "`python -m phaseinterp.train.zoo_table`")
+    rows = json.loads(path.read_text())["rows"]
+    table = pd.DataFrame([{"model": r["model"], "architecture": r["architecture"], "KV heads": r["kv_heads"],
+                           "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"], "learned": r["learned"],
+                           "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
+                           "gap CI": f"[{r['gap_ci_pp'][0]:.1f}, {r['gap_ci_pp'][1]:.1f}]", "best r": r["best_residue"],
+                           "dominant period": r["dominant_period"], "verdict": r["verdict"]} for r in rows])
+    text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
+            "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "
+            "model should show dominant period S; full attention should be flat. Regenerate with "
+            "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
+    return Section("The zoo: phase curves of every compressor", text, [table],
+                   [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
+
+
+__all__ = ["RESULTS", "zoo_section"]
