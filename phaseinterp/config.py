@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Union
+from typing import Any, Iterable, Literal, Union
 
 GATES = ("scalar", "vector", "uniform")
 MAPS = ("per_offset", "shared")
@@ -50,6 +50,18 @@ def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
         raise _bad(name, value, "a finite number > 0")
 
+
+
+def period_of(strides: Iterable[int]) -> int | None:
+    """The period of a model's phase effect: the lcm of its compressed layers' strides (None
+    without compressed layers). The one place that computes it; "period" is its name everywhere.
+
+    Example:
+        >>> period_of((4, 6)), period_of(())
+        (12, None)
+    """
+    strides = tuple(strides)
+    return math.lcm(*strides) if strides else None
 
 @dataclass(frozen=True)
 class CompressionConfig:
@@ -256,8 +268,8 @@ class ModelConfig:
 
     @property
     def residue_modulus(self) -> int | None:
-        """Least common multiple of the strides; None for an all-full-attention model."""
-        return math.lcm(*self.strides) if self.strides else None
+        """The period of the phase effect (`period_of` the strides); None for an all-full-attention model."""
+        return period_of(self.strides)
 
     def compression(self, layer: int) -> CompressionConfig | None:
         spec = self.layers[layer]

@@ -108,7 +108,9 @@ def test_table_json_roundtrip_html_and_provenance(batch, tmp_path):
     data = json.loads(path.read_text())
     assert data["summary"]["gap_pp"] == 100 and data["seed"] == 2
     assert data["config"]["task"]["seed"] == 0 and data["config"]["model"]["strides"] == [4]
-    assert set(data["versions"]) == {"phaseinterp", "torch", "numpy", "python"}
+    from phaseinterp.measure.provenance import versions
+
+    assert data["versions"] == versions() and {"phaseinterp", "torch", "numpy", "python", "transformer_lens"} <= set(versions())
     assert data["versions"]["torch"] == torch.__version__
     back = PhaseCurve.from_json(path)
     for name in ("accuracy", "correct", "residue", "boot_lo", "wilson_hi", "power"):

@@ -11,13 +11,14 @@ A `Unit` names one thing an experiment can read or knock out, the same way on ev
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Protocol, Union
 
 from jaxtyping import Bool
 from torch import Tensor
+
+from phaseinterp.config import period_of
 
 UNIT_KINDS = ("layer", "kv_head", "head", "gate")
 _PREFIX = {"kv_head": "kv", "head": "h", "gate": "gate"}
@@ -117,8 +118,8 @@ class BackendConfig:
 
     @property
     def residue_modulus(self) -> int | None:
-        """Least common multiple of `strides` (None when there are none)."""
-        return math.lcm(*self.strides) if self.strides else None
+        """The period of the phase effect (`period_of` the strides); None when there are none."""
+        return period_of(self.strides)
 
     @property
     def n_key_value_heads(self) -> int:  # TransformerLens spelling

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 import traceback
@@ -48,6 +47,7 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
     import pandas as pd
 
     from phaseinterp import load
+    from phaseinterp.config import period_of
     from phaseinterp.measure import phase_sweep
     from phaseinterp.plot import phase_figure
     from phaseinterp.report import Section
@@ -55,7 +55,7 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
 
     models = {path: load(path) for path in ckpts}
     strides = sorted({s for m in models.values() for s in m.cfg.strides})
-    modulus = math.lcm(*strides) if strides else 8
+    modulus = period_of(strides) or 8
     curves, rows = {}, []
     for path, model in models.items():
         name = path.stem
@@ -169,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
 
     from phaseinterp.report.mitigations import mitigation_section
     from phaseinterp.report.zoo import zoo_section
-    from phaseinterp.report import versions, write_report
+    from phaseinterp.measure.provenance import versions
+    from phaseinterp.report import write_report
 
     torch.set_num_threads(1)
     ckpts = _shipped(args.checkpoints)

@@ -24,7 +24,7 @@ from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, 
                                               model_device, run_units, runnable, unchanged_units, warn_unchanged)
 from phaseinterp.interventions.stats import CHANGES, by_residue, paired_bootstrap_relative
 from phaseinterp.interventions.units import HeadUnit, check_level, head_units, level_size
-from phaseinterp.measure import PhaseCurve, model_stride
+from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.tasks import PhaseBatch
 
@@ -244,7 +244,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     layer_ids = sorted({u.layer for u in units})
     n_unit = level_size(model.cfg, level)
     shape = (len(layer_ids), n_unit, R)
-    S = model_stride(model)
+    S = model_period(model)
     curve = PhaseCurve.from_correct(clean, batch, stride=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
                                     confidence=confidence, seed=seed, label=f"{label} clean".strip())
     axis = unit_axis(level)

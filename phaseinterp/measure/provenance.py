@@ -12,14 +12,26 @@ import numpy as np
 import torch
 
 
+#: Libraries whose versions every result records when they are installed (read from package
+#: metadata: recording a version never imports the library).
+RECORDED = ("transformer-lens", "transformers", "nnsight", "scipy", "pandas", "plotly")
+
+
 def versions() -> dict[str, str]:
-    """Versions of phaseinterp (its `__version__`, else "unknown"), torch, numpy and Python."""
-    try:
-        from phaseinterp import __version__ as pi_version
-    except ImportError:
-        pi_version = "unknown"
-    return {"phaseinterp": str(pi_version), "torch": torch.__version__, "numpy": np.__version__,
-            "python": platform.python_version()}
+    """The one provenance record of software versions: phaseinterp, Python, torch, numpy, and each
+    installed library of `RECORDED` (results, cards, reports and theory outputs all carry it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from phaseinterp import __version__
+
+    out = {"phaseinterp": __version__, "torch": torch.__version__, "numpy": np.__version__,
+           "python": platform.python_version()}
+    for name in RECORDED:
+        try:
+            out[name.replace("-", "_")] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
 
 
 def jsonable(obj: Any) -> Any:

@@ -17,6 +17,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from phaseinterp.config import period_of
 from phaseinterp.measure.curve import PhaseCurve
 from phaseinterp.measure.provenance import model_config
 from phaseinterp.tasks import PhaseBatch
@@ -70,10 +71,9 @@ def resolve_model(model: Any, *, require: bool = False) -> Any:
     return model
 
 
-def model_stride(model: Any) -> int | None:
-    """Period S of a model's phase effect: lcm of `model.cfg.strides` (None if absent or empty)."""
-    strides = tuple(getattr(getattr(model, "cfg", None), "strides", ()) or ())
-    return math.lcm(*strides) if strides else None
+def model_period(model: Any) -> int | None:
+    """Period of a model's phase effect: `period_of(model.cfg.strides)` (None if absent or empty)."""
+    return period_of(getattr(getattr(model, "cfg", None), "strides", ()) or ())
 
 
 def _device(model: Any, device: torch.device | str | None) -> torch.device:
@@ -187,7 +187,7 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
     else:
         model = resolve_model(model)
         correct = evaluate_correct(model, batch, batch_size=batch_size, device=device, progress=progress)
-        s = model_stride(model)
+        s = model_period(model)
         if stride is None and s is not None and batch.modulus % s == 0:
             stride = s
         info = {"model": model_config(model) or type(model).__name__}

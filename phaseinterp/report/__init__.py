@@ -1,6 +1,6 @@
 """The report: one self-contained HTML file of titled sections (`document`), and the sections
 built from shipped results (`mitigations`, `zoo`). The top floor with the commands."""
 
-from phaseinterp.report.document import Section, versions, write_report
+from phaseinterp.report.document import Section, write_report
 
-__all__ = ["Section", "versions", "write_report"]
+__all__ = ["Section", "write_report"]

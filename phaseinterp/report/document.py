@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import json
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,9 +65,3 @@ def write_report(sections: list[Section], path: str | Path, title: str, provenan
     return path
 
 
-def versions() -> dict[str, str]:
-    import torch
-
-    from phaseinterp import __version__
-
-    return {"phaseinterp": __version__, "torch": torch.__version__, "python": platform.python_version()}

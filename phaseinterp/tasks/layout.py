@@ -25,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from phaseinterp.config import period_of
 from phaseinterp.tasks.names import PROTOCOLS
 
 
@@ -53,7 +54,7 @@ def default_modulus(strides: Sequence[int]) -> int:
         raise ValueError("the model has no compressed layers (full attention): give the residue modulus explicitly")
     if min(strides) < 1:
         raise ValueError(f"strides must be >= 1, got {strides}")
-    return math.lcm(*strides)
+    return period_of(strides)
 
 
 @lru_cache(maxsize=256)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from phaseinterp.measure.provenance import versions
 from phaseinterp.theory import figures
 from phaseinterp.theory.config import FlowConfig, TheoryConfig
 from phaseinterp.theory.diagnostics import Evaluation, best_coverage, evaluate, expected_random_coverage
@@ -69,19 +69,6 @@ class Experiment:
         for key, fig in self.figures.items():
             paths.append(save_html(fig, out / f"{key}.html"))
         return paths
-
-
-def versions() -> dict[str, str]:
-    """Versions of Python and of the libraries the results depend on."""
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in ("phaseinterp", "torch", "numpy", "scipy", "pandas", "plotly"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
 
 
 def provenance(name: str, cfg: TheoryConfig, flow: FlowConfig, seeds: list[int], **extra) -> dict:

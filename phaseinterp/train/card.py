@@ -17,7 +17,8 @@ from phaseinterp.checkpoint import read_metadata, save_model
 from phaseinterp.config import ModelConfig
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.evaluate import phase_curve, rows_for
-from phaseinterp.train.loop import TrainResult, versions
+from phaseinterp.measure.provenance import versions
+from phaseinterp.train.loop import TrainResult
 from phaseinterp.train.state import list_checkpoints
 
 CARD_FORMAT = "phaseinterp-card-v1"

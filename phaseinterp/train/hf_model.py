@@ -34,13 +34,14 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from phaseinterp.config import period_of
 
 #: Fields of an HF config dict that do not describe the model (dropped from the spec).
 _VOLATILE = ("transformers_version", "_name_or_path")
@@ -166,8 +167,8 @@ class HFModelSpec:
 
     @property
     def residue_modulus(self) -> int | None:
-        """Least common multiple of the strides; None without compressed layers."""
-        return math.lcm(*self.strides) if self.strides else None
+        """The period of the phase effect (`period_of` the strides); None without compressed layers."""
+        return period_of(self.strides)
 
     def describe(self) -> str:
         """One line, e.g. "HF DeepseekV4ForCausalLM: HCA m=8, CSA m=4, sliding window 16"."""

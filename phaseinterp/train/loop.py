@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -33,6 +31,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from phaseinterp.config import ModelConfig
+from phaseinterp.measure.provenance import versions
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.data import IGNORE, TrainBatch, make_batch
@@ -43,23 +42,6 @@ from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_ch
 # window sums kept per step: weighted loss numerator, lookup CE, lookup count, language CE,
 # language count, query correct, query count, lookup correct
 _SUMS = ("wloss", "lookup_ce", "lookup_n", "lm_ce", "lm_n", "query_correct", "query_n", "lookup_correct")
-
-
-def versions() -> dict[str, str]:
-    """Versions of the software that made a result."""
-    import transformer_lens  # noqa: F401
-
-    from phaseinterp import __version__
-
-    out = {"phaseinterp": __version__, "torch": torch.__version__, "numpy": np.__version__,
-           "python": platform.python_version()}
-    try:
-        from importlib.metadata import version
-
-        out["transformer_lens"] = version("transformer-lens")
-    except Exception:  # noqa: BLE001
-        pass
-    return out
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -350,4 +332,4 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
                        wall_time_s=prior_elapsed + time.perf_counter() - t0, rank=ctx.rank, world_size=ctx.world)
 
 
-__all__ = ["TrainResult", "batch_sums", "resolve_device", "step_logits", "train", "versions"]
+__all__ = ["TrainResult", "batch_sums", "resolve_device", "step_logits", "train"]

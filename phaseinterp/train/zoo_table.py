@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from phaseinterp.config import period_of
 from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, rows_for
@@ -62,7 +62,7 @@ def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: in
     """One table row: a checkpoint under one padding protocol."""
     card = json.loads(card_path.read_text())
     strides = sorted({c["stride"] for c in card["model_config"]["layers"] if c != "full"})
-    modulus = table_period(math.lcm(*strides) if strides else None)
+    modulus = table_period(period_of(strides))
     card = {**card, "data": {**card["data"], "eval_task": rows_for(card["data"]["eval_task"], modulus)}}
     curve, task = sweep_checkpoint(card_path.with_suffix(".safetensors"), card, n_per_residue=n_per_residue,
                                    task_seed=task_seed, protocol=protocol, n_boot=n_boot, n_perm=n_perm, modulus=modulus)
