@@ -23,7 +23,9 @@ def load(path: str | os.PathLike, device: str = "cpu"):
     `HFCausalLM` (tokens -> logits; the HF model is its `.hf`, see `load_hf`).
 
     Example:
-        >>> model = phaseinterp.load("assets/checkpoints/w4s4.safetensors")  # doctest: +SKIP
+        >>> model.save("w4s4.safetensors")  # shipped: phaseinterp.load("assets/checkpoints/w4s4.safetensors")
+        >>> type(phaseinterp.load("w4s4.safetensors")).__name__
+        'HookedCompressedTransformer'
     """
     from phaseinterp.config import ModelConfig
     from phaseinterp.model import HookedCompressedTransformer

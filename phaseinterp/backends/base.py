@@ -55,10 +55,13 @@ class Backend(TLCompat):
     """Base class; see `HookedBackend`, `DeepseekV4Backend`, `HFCausalLMBackend`.
 
     Example:
-        >>> backend = HookedBackend(model)  # doctest: +SKIP
-        >>> clean = backend(tokens)  # doctest: +SKIP
-        >>> with backend.intervene(Replace(Unit("kv_head", 1, 0))):  # doctest: +SKIP
+        >>> from phaseinterp.backends import HookedBackend
+        >>> backend = HookedBackend(model)
+        >>> clean = backend(tokens)
+        >>> with backend.intervene(Replace(Unit("kv_head", 1, 0))):
         ...     knocked = backend(tokens)
+        >>> clean.shape, bool((clean != knocked).any())
+        (torch.Size([8, 33, 512]), True)
     """
 
     cfg: BackendConfig
@@ -108,7 +111,7 @@ class Backend(TLCompat):
         """All units of one kind ("layer", "kv_head", "head", "gate"), or of every kind.
 
         Example:
-            >>> [u.name for u in backend.units("kv_head")]  # doctest: +SKIP
+            >>> [u.name for u in backend.units("kv_head")]
             ['L0.kv0', 'L1.kv0']
         """
         if kind is not None and kind not in UNIT_KINDS:
@@ -191,8 +194,11 @@ class Backend(TLCompat):
         """Apply `edits` to every call inside the block; removed on exit, also on error.
 
         Example:
-            >>> with backend.intervene(SetGate(Unit("gate", 1, 0), "uniform")):  # doctest: +SKIP
-            ...     curve = phase_sweep(backend, batch)
+            >>> from phaseinterp.measure import phase_sweep
+            >>> with backend.intervene(SetGate(Unit("gate", 1, 0), "uniform")):
+            ...     curve = phase_sweep(backend, batch, progress=False)
+            >>> curve.modulus
+            4
         """
         for e in edits:
             if not hasattr(e, "apply"):
@@ -211,9 +217,10 @@ class Backend(TLCompat):
         (each read in its canonical layout, taken before any edit at the same site).
 
         Example:
-            >>> read = Read("head", 2, positions=(-1,))  # doctest: +SKIP
-            >>> logits, values = backend.run(tokens, [SetGate(Unit("gate", 1, 0), "uniform")], [read])  # doctest: +SKIP
-            >>> values[read].shape  # z of layer 2 downstream of the gate edit: [batch, 1, head, d_head]  # doctest: +SKIP
+            >>> read = Read("head", 1, positions=(-1,))
+            >>> logits, values = backend.run(tokens, [SetGate(Unit("gate", 1, 0), "uniform")], [read])
+            >>> values[read].shape  # z of layer 1 with its gate edited: [batch, 1, head, d_head]
+            torch.Size([8, 1, 4, 16])
         """
         logits, values = self._trace(self._check_tokens(tokens), [list(edits)], list(reads), None)
         return logits[0], values[0]
@@ -231,8 +238,9 @@ class Backend(TLCompat):
             variants_per_forward: variants per batched forward (default all at once).
 
         Example:
-            >>> kv = backend.units("kv_head")  # doctest: +SKIP
-            >>> out = backend.run_batched(tokens, [[Replace(u)] for u in kv], positions=query_pos)  # doctest: +SKIP
+            >>> kv = backend.units("kv_head")
+            >>> backend.run_batched(tokens, [[Replace(u)] for u in kv], positions=qpos).shape  # [edit sets, batch, vocab]
+            torch.Size([2, 8, 512])
         """
         tokens = self._check_tokens(tokens)
         if positions is not None:
@@ -256,7 +264,8 @@ class Backend(TLCompat):
         (shared ints, or per row a tensor [batch] / [batch, n_pos], e.g. `batch.query_pos`).
 
         Example:
-            >>> mean_z = backend.head_outputs(calibration_tokens).mean(0)  # [layer, 1, head, d_head]  # doctest: +SKIP
+            >>> backend.head_outputs(calib.tokens).mean(0).shape  # mean z: [layer, 1, head, d_head]
+            torch.Size([2, 1, 4, 16])
         """
         layers = range(self.cfg.n_layers) if layers is None else layers
         reads = [Read("head", self.check_unit(Unit("layer", l)).layer, 0, positions) for l in layers]
@@ -268,7 +277,8 @@ class Backend(TLCompat):
         """Attention outputs of whole layers (what `Replace` on layer units replaces) at `positions`.
 
         Example:
-            >>> backend.layer_outputs(tokens, positions=(-1,)).shape  # [batch, layer, 1, d_model]  # doctest: +SKIP
+            >>> backend.layer_outputs(tokens, positions=(-1,)).shape  # [batch, layer, 1, d_model]
+            torch.Size([8, 2, 1, 64])
         """
         layers = range(self.cfg.n_layers) if layers is None else layers
         reads = [Read("layer", self.check_unit(Unit("layer", l)).layer, 0, positions) for l in layers]
@@ -279,8 +289,9 @@ class Backend(TLCompat):
         """Gate weights of a compressor branch (softmax over window offsets; 0 before position 0).
 
         Example:
-            >>> g = backend.gate_weights(tokens, Unit("gate", 1, 0))  # [batch, entry, W, kv_head, channel]  # doctest: +SKIP
-            >>> profile = g.mean((0, 1, 3, 4))  # mean weight per window offset  # doctest: +SKIP
+            >>> g = backend.gate_weights(tokens, Unit("gate", 1, 0))  # [batch, entry, W, kv_head, channel]
+            >>> g.shape, g.mean((0, 1, 3, 4)).shape  # the profile: mean weight per window offset
+            (torch.Size([8, 8, 4, 1, 1]), torch.Size([4]))
         """
         self.check_unit(unit)
         if unit.kind != "gate":
@@ -292,7 +303,8 @@ class Backend(TLCompat):
         """Compressed entries of a compressor branch, in the layout the model stores them.
 
         Example:
-            >>> backend.entries(tokens, Unit("gate", 1, 0)).shape  # [batch, entry, kv_head, d]  # doctest: +SKIP
+            >>> backend.entries(tokens, Unit("gate", 1, 0)).shape  # [batch, entry, kv_head, d]
+            torch.Size([8, 8, 1, 16])
         """
         self.check_unit(unit)
         if unit.kind != "gate":

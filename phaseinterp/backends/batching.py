@@ -24,8 +24,8 @@ class BatchedNNsight(NNsight):
     """`NNsight` whose invokes (each `[batch_i, pos]` tokens) run as one `[sum batch_i, pos]` forward.
 
     Example:
-        >>> nn_model = BatchedNNsight(model)  # doctest: +SKIP
-        >>> with nn_model.trace() as tracer:  # doctest: +SKIP
+        >>> nn_model = BatchedNNsight(model)
+        >>> with nn_model.trace() as tracer:
         ...     for h in range(4):
         ...         with tracer.invoke(tokens):
         ...             nn_model.blocks[0].attn.hook_z.output[:, -1, h] = 0

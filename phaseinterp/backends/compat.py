@@ -75,8 +75,8 @@ class TLCompat:
 
         Example:
             >>> zero = {"blocks.0.attn.hook_z": lambda z: torch.zeros_like(z)}
-            >>> backend.run_units(tokens, qpos, [{}, zero]).shape  # doctest: +SKIP
-            torch.Size([2, batch, vocab])
+            >>> backend.run_units(tokens, qpos, [{}, zero]).shape  # [units, batch, vocab]
+            torch.Size([2, 8, 512])
         """
         if max_rows < 1:
             raise ValueError(f"max_rows={max_rows} is out of range: allowed >= 1")

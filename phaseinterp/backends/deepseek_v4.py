@@ -61,8 +61,12 @@ class DeepseekV4Backend(HFMixin, Backend):
             attention is eager: one forward materializes [heads, pos, pos + entries] scores).
 
     Example:
-        >>> backend = DeepseekV4Backend(DeepseekV4ForCausalLM(tiny_config))  # doctest: +SKIP
-        >>> gates = backend.gate_weights(tokens, Unit("gate", 1, 0))  # [batch, entry, 8, 1, head_dim]  # doctest: +SKIP
+        >>> from phaseinterp.backends.tiny import tiny_deepseek_v4
+        >>> backend = DeepseekV4Backend(tiny_deepseek_v4(seed=0))  # a DeepseekV4ForCausalLM of a tiny config
+        >>> backend.cfg.strides, [u.name for u in backend.units("gate")]  # CSA stride 4, HCA stride 16
+        ((4, 16), ['L1.gate0', 'L2.gate0', 'L3.gate0'])
+        >>> backend.gate_weights(tokens[:2, :32], Unit("gate", 1, 0)).shape  # [batch, entry, 2S, 1, head_dim]
+        torch.Size([2, 8, 8, 1, 64])
     """
 
     def __init__(self, model: torch.nn.Module, *, prefill_chunk: int | None = None) -> None:

@@ -51,7 +51,9 @@ def chunked_final_logits(model: torch.nn.Module, tokens: Tensor, query_pos: Tens
     on tiny DeepSeek-V4 and Qwen3; DeepSeek-V4's top-k indexer can flip between near-tied entries).
 
     Example:
-        >>> chunked_final_logits(model, tokens, torch.full((len(tokens),), tokens.shape[1] - 1), 2048)  # doctest: +SKIP
+        >>> from phaseinterp.backends.tiny import tiny_qwen3
+        >>> chunked_final_logits(tiny_qwen3(seed=0), tokens, torch.full((len(tokens),), tokens.shape[1] - 1), 8).shape
+        torch.Size([8, 512])
     """
     batch, T = tokens.shape
     out = None
@@ -119,8 +121,10 @@ class HFCausalLMBackend(HFMixin, Backend):
             forward).
 
     Example:
-        >>> backend = HFCausalLMBackend(Qwen3ForCausalLM(qwen3_config), stride=4)  # doctest: +SKIP
-        >>> z = backend.head_outputs(tokens)  # [batch, layer, 1, head, head_dim]  # doctest: +SKIP
+        >>> from phaseinterp.backends.tiny import tiny_qwen3
+        >>> backend = HFCausalLMBackend(tiny_qwen3(seed=0), stride=4)  # a Qwen3ForCausalLM of a tiny config
+        >>> backend.head_outputs(tokens[:2, :32]).shape  # [batch, layer, 1, head, head_dim]
+        torch.Size([2, 2, 1, 4, 16])
     """
 
     def __init__(self, model: torch.nn.Module, stride: int | None = None, *, layers: str | None = None,

@@ -91,8 +91,8 @@ class BackendConfig:
         user_stride: a stride given by the user (models without compressors: the period to test).
 
     Example:
-        >>> backend.cfg.strides, backend.cfg.residue_modulus  # DeepSeek-V4: CSA 4, HCA 128  # doctest: +SKIP
-        ((4, 128), 128)
+        >>> backend.cfg.strides, backend.cfg.residue_modulus  # the tiny W4/S4; DeepSeek-V4: ((4, 128), 128)
+        ((4,), 4)
     """
 
     kind: str

@@ -129,8 +129,9 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
 
     Example:
         >>> from phaseinterp.tasks import RecordLookup
-        >>> calib = calibrate(model, RecordLookup(vocab_size=512).sample(8, 4, split="calibration"))  # doctest: +SKIP
-        >>> calib.mean().shape  # [layer, site, head, d_head]  # doctest: +SKIP
+        >>> cal = calibrate(model, RecordLookup(vocab_size=512, n_records=8, n_demos=2).sample(2, 4, split="calibration"))
+        >>> cal.mean().shape  # [layer, site, head, d_head]
+        torch.Size([2, 1, 4, 16])
     """
     model = runnable(model)
     if max_rows is not None and max_rows < 1:

@@ -65,10 +65,11 @@ class FinalPositionRun:
         logits: base next-token logits at `query_pos`, [batch, vocab].
 
     Example:
-        >>> run = FinalPositionRun(model, batch.tokens, batch.query_pos)  # doctest: +SKIP
-        >>> z = run.base_z(0)  # [batch, head, d_head]  # doctest: +SKIP
-        >>> mask = torch.tensor([[True, False, False, False]])  # doctest: +SKIP
-        >>> logits = run.run_z([0], mask, torch.zeros(1, *z.shape))  # [1, batch, vocab]  # doctest: +SKIP
+        >>> run = FinalPositionRun(model, batch.tokens, batch.query_pos)
+        >>> z = run.base_z(0)  # [batch, head, d_head]
+        >>> mask = torch.tensor([[True, False, False, False]])
+        >>> run.run_z([0], mask, torch.zeros(1, *z.shape)).shape  # [1, batch, vocab]
+        torch.Size([1, 8, 512])
     """
 
     def __init__(self, model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]):

@@ -210,10 +210,11 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         UserWarning naming the units whose knockout changed no logit.
 
     Example:
-        >>> from phaseinterp.tasks import RecordLookup
-        >>> task = RecordLookup(vocab_size=model.cfg.vocab_size)  # doctest: +SKIP
-        >>> m = knockout_map(model, task.sample(32, 8), task.sample(32, 8, split="calibration"))  # doctest: +SKIP
-        >>> m.coverage(threshold=50)   # {"layer.kv_head": [residues it owns]}  # doctest: +SKIP
+        >>> m = knockout_map(model, batch, calib, n_boot=100)  # calib: task.sample(..., split="calibration")
+        >>> m.dims, m.shape
+        (('layer', 'kv_head', 'residue'), (2, 1, 4))
+        >>> sorted(m.coverage(threshold=50))  # {"layer.kv_head": [residues it owns]}
+        ['0.0', '1.0']
     """
     model = runnable(model)
     check_level(level)
@@ -271,8 +272,9 @@ def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | N
     query `head`, or (neither given) the whole `layer`.
 
     Example:
-        >>> curve = knockout(model, batch, calib, layer=1, kv_head=0)  # doctest: +SKIP
-        >>> curve.accuracy  # per residue  # doctest: +SKIP
+        >>> curve = knockout(model, batch, calib, layer=1, kv_head=0, n_boot=100)
+        >>> curve.accuracy.shape  # per residue
+        (4,)
     """
     model = runnable(model)
     if kv_head is not None and head is not None:

@@ -117,8 +117,11 @@ def gate_override_hooks(model, kind: str = "uniform", *, target: str = "weights"
     `record`, when given, gets `record["changed"] = True` once an override changed a value.
 
     Example:
-        >>> hooks = gate_override_hooks(model, "one_hot", offset=0, layers=[1], branches=["key"])  # doctest: +SKIP
-        >>> logits = model.run_with_hooks(tokens, fwd_hooks=hooks)  # doctest: +SKIP
+        >>> hooks = gate_override_hooks(model, "one_hot", offset=0, layers=[1], branches=["key"])
+        >>> [name for name, _ in hooks]
+        ['blocks.1.attn.compress_k.hook_gate']
+        >>> model.run_with_hooks(tokens, fwd_hooks=hooks).shape
+        torch.Size([8, 33, 512])
     """
     hook = "hook_gate" if target == "weights" else "hook_gate_logits"
     if target not in TARGETS:
@@ -145,8 +148,11 @@ def gate_override(model, kind: str = "uniform", **kwargs: Any) -> Iterator[None]
     also on error. Warns if the override never changed a gate value.
 
     Example:
-        >>> with gate_override(model, "uniform", layers=[0]):  # doctest: +SKIP
-        ...     curve = phase_sweep(model, batch)
+        >>> from phaseinterp.measure import phase_sweep
+        >>> with gate_override(model, "uniform", layers=[0]):
+        ...     curve = phase_sweep(model, batch, progress=False)
+        >>> curve.modulus
+        4
     """
     record = {"changed": False}
     with hooked(model, gate_override_hooks(model, kind, record=record, **kwargs)):

@@ -105,8 +105,8 @@ def phase_swap(batch: PhaseBatch, delta: int, residues: Sequence[int] | None = N
         ValueError: for delta = 0 mod R, or a row whose records leave no room to shift.
 
     Example:
-        >>> pair = phase_swap(batch, delta=1)  # doctest: +SKIP
-        >>> bool((pair.corrupt.residue == (pair.clean.residue + 1) % batch.modulus).all())  # doctest: +SKIP
+        >>> pair = phase_swap(batch, delta=1)
+        >>> bool((pair.corrupt.residue == (pair.clean.residue + 1) % batch.modulus).all())
         True
     """
     _need_meta(batch, ("tail_start", "head_tokens"), "phase_swap")
@@ -155,8 +155,8 @@ def mapping_swap(batch: PhaseBatch, *, seed: int = 0) -> Pairing:
         seed: picks the partner record of each row.
 
     Example:
-        >>> pair = mapping_swap(batch, seed=0)  # doctest: +SKIP
-        >>> bool((pair.corrupt.answer != pair.clean.answer).all())  # doctest: +SKIP
+        >>> pair = mapping_swap(batch, seed=0)
+        >>> bool((pair.corrupt.answer != pair.clean.answer).all())
         True
     """
     _need_meta(batch, ("tail_start", "config"), "mapping_swap")

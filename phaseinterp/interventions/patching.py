@@ -123,8 +123,9 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
 
     Example:
         >>> from phaseinterp.interventions import mapping_swap
-        >>> m = activation_patching(model, mapping_swap(batch), unit="z", level="kv_head")  # doctest: +SKIP
-        >>> m.top(3)  # doctest: +SKIP
+        >>> m = activation_patching(model, mapping_swap(batch), unit="z", level="kv_head")
+        >>> m.dims, m.shape
+        (('layer', 'kv_head', 'residue'), (2, 1, 4))
     """
     model = runnable(model)
     if unit not in UNITS:

@@ -140,8 +140,8 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
 
     Example:
         >>> zero_l0 = {"blocks.0.attn.hook_z": lambda z: torch.zeros_like(z)}
-        >>> run_units(model, tokens, qpos, [{}, zero_l0]).shape  # doctest: +SKIP
-        torch.Size([2, batch, vocab])
+        >>> run_units(model, tokens, qpos, [{}, zero_l0]).shape  # [units, batch, vocab]
+        torch.Size([2, 8, 512])
     """
     if max_rows < 1:
         raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")

@@ -204,7 +204,12 @@ class SpecializationMap:
         """Write JSON (`.json`) or the long table (`.csv`); returns the path.
 
         Example:
-            >>> m.save("out/knockout.json"); SpecializationMap.load("out/knockout.json")  # doctest: +SKIP
+            >>> from phaseinterp.interventions import knockout_map
+            >>> m = knockout_map(model, batch, calib, n_boot=100)
+            >>> m.save("out/knockout.json")
+            PosixPath('out/knockout.json')
+            >>> np.array_equal(SpecializationMap.load("out/knockout.json").values, m.values, equal_nan=True)
+            True
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

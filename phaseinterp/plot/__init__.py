@@ -3,7 +3,7 @@
 The top floor of the figures: it reads results (curves, maps, gate tables, flips, the zoo) and
 never the other way round; data objects do not draw themselves.
 
-    >>> from phaseinterp.plot import phase_figure, map_figure, save_html  # doctest: +SKIP
+    >>> from phaseinterp.plot import phase_figure, map_figure, save_html
 """
 
 from phaseinterp._lazy import lazy_exports

@@ -40,8 +40,12 @@ def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseC
         bars to the chosen interval.
 
     Example:
-        >>> fig = phase_figure([curve_full, curve_compressed], strides=[4])  # doctest: +SKIP
-        >>> save_html(fig, "phase.html")  # doctest: +SKIP
+        >>> from phaseinterp.measure import phase_sweep
+        >>> from phaseinterp.plot import save_html
+        >>> curve = phase_sweep(model, batch, progress=False, label="tiny W4/S4")
+        >>> fig = phase_figure([curve], strides=[4])  # or {"full": full_curve, "W4/S4": curve}
+        >>> save_html(fig, "phase.html")  # and plotly.min.js next to it, once per folder
+        PosixPath('phase.html')
     """
     if interval not in INTERVALS:
         raise ValueError(f"unknown interval {interval!r}; choose one of: {', '.join(map(str, INTERVALS))}")

@@ -31,8 +31,11 @@ def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, titl
         A plotly Figure with one Heatmap trace (`zmid=0`, `zmin=-clip`, `zmax=clip`).
 
     Example:
-        >>> fig = map_figure(knockout)  # doctest: +SKIP
-        >>> save_html(fig, "knockout.html")  # doctest: +SKIP
+        >>> from phaseinterp.interventions import knockout_map
+        >>> from phaseinterp.plot import save_html
+        >>> fig = map_figure(knockout_map(model, batch, calib, n_boot=100))
+        >>> save_html(fig, "knockout.html")
+        PosixPath('knockout.html')
     """
     z = smap.as_2d()
     finite = np.abs(z[np.isfinite(z)])

@@ -31,8 +31,11 @@ def single_token_words(tokenizer: Any, n: int, *, exclude: Sequence[str] = (), p
         ValueError: when the vocabulary holds fewer than `n` such words.
 
     Example:
-        >>> words = single_token_words(tokenizer, 300)  # doctest: +SKIP
-        >>> keys, values, filler = words[:60], words[60:260], words[260:]  # doctest: +SKIP
+        >>> from phaseinterp.backends.tiny import word_tokenizer
+        >>> words = single_token_words(word_tokenizer(), 300)
+        >>> keys, values, filler = words[:60], words[60:260], words[260:]
+        >>> len(words), words[:3]
+        (300, ['hot', 'cet', 'ged'])
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} is invalid: allowed an integer >= 1")
@@ -77,8 +80,10 @@ def deepseek_niah(tokenizer: Any, seq_len: int, *, n_records: int | None = None,
         **task_kwargs: further `RecordLookup` arguments (spread, target_index, ...).
 
     Example:
-        >>> task = deepseek_niah(tokenizer, 4096)  # doctest: +SKIP
-        >>> batch = task.sample(256, modulus=8)    # the paper: 256 prompts per residue mod 8  # doctest: +SKIP
+        >>> from phaseinterp.backends.tiny import word_tokenizer
+        >>> task = deepseek_niah(word_tokenizer(), 512)  # the paper: 131072 tokens
+        >>> task.sample(2, modulus=8).tokens.shape       # the paper: 256 prompts per residue mod 8
+        torch.Size([16, 512])
     """
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 16:
         raise ValueError(f"seq_len={seq_len!r} is invalid: allowed an integer >= 16")

@@ -60,9 +60,15 @@ class TextRecordLookup:
     or written as text when the post-processor adds none) followed by the words.
 
     Example:
-        >>> task = TextRecordLookup(tok, keys, values, filler, n_records=16, n_demos=2)  # doctest: +SKIP
-        >>> batch = task.sample(4, modulus=4)  # doctest: +SKIP
-        >>> task.text(batch.tokens[0])  # doctest: +SKIP
+        >>> from phaseinterp.backends.tiny import word_tokenizer
+        >>> from phaseinterp.tasks.niah import single_token_words
+        >>> tok = word_tokenizer()
+        >>> words = single_token_words(tok, 300)
+        >>> keys, values, filler = words[:60], words[60:260], words[260:]
+        >>> task = TextRecordLookup(tok, keys, values, filler, n_records=16, n_demos=2)
+        >>> batch = task.sample(4, modulus=4)
+        >>> batch.tokens.shape, task.text(batch.tokens[0])[:24]
+        (torch.Size([16, 49]), '<s> hev hop cuh bat gog ')
     """
 
     def __init__(self, tokenizer: Any, keys: Sequence[str], values: Sequence[str], filler: Sequence[str],

@@ -5,7 +5,9 @@ docs/training.md).
 Example:
     >>> from phaseinterp.train import recipe, train
     >>> model_cfg, tcfg = recipe("w4s4")
-    >>> result = train(model_cfg, tcfg.replace(steps=20), "runs/w4s4-smoke")  # doctest: +SKIP
+    >>> result = train(model_cfg, tcfg.replace(steps=4, warmup_steps=1), "runs/w4s4-smoke", progress=False)
+    >>> result.step, sorted(p.name for p in result.run_dir.iterdir())
+    (4, ['checkpoints', 'metrics.jsonl', 'run.json'])
 """
 
 from phaseinterp._lazy import lazy_exports

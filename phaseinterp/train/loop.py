@@ -196,7 +196,7 @@ def train(model_cfg: ModelConfig | HFModelSpec, tcfg: TrainConfig, run_dir: str 
         >>> cfg = preset("tiny-w4s4").replace(vocab_size=128)
         >>> mix = Mixture(vocab_size=128, seq_len=32, max_records=4, min_demos=0, max_demos=2)
         >>> tcfg = TrainConfig(steps=2, batch_size=2, warmup_steps=1, mixture=mix, device="cpu")
-        >>> train(cfg, tcfg, "/tmp/phaseinterp-doctest", progress=False, resume="latest").step  # doctest: +SKIP
+        >>> train(cfg, tcfg, "runs/doctest", progress=False).step
         2
     """
     model_cfg = as_model_config(model_cfg)

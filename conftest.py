@@ -1,0 +1,35 @@
+"""Shared by the tests and the docstring examples (collected from `phaseinterp/` with doctest):
+every example runs as written against the names below, in a fresh temporary folder."""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import beartype  # noqa: E402,F401  (before nnsight, see RECIPES.md)
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _doctest_setup(request, doctest_namespace, tmp_path, monkeypatch):
+    """Docstring examples see a tiny random W4/S4 model (`model`, `backend`), a record-lookup task
+    with a batch mod 4 (`task`, `batch`, `calib`, `tokens`, `qpos`) and run in a temporary folder."""
+    if type(request.node).__name__ != "DoctestItem":
+        yield
+        return
+    import phaseinterp
+    from phaseinterp import HookedCompressedTransformer, preset
+    from phaseinterp.backends import Read, Replace, SetGate, Unit, backend_for
+    from phaseinterp.tasks import RecordLookup
+
+    model = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0).eval()
+    task = RecordLookup(vocab_size=model.cfg.vocab_size, n_records=8, n_demos=2)
+    batch = task.sample(2, 4, seed=0)
+    doctest_namespace.update(torch=torch, phaseinterp=phaseinterp, model=model, backend=backend_for(model), task=task,
+                             batch=batch, calib=task.sample(2, 4, seed=0, split="calibration"), tokens=batch.tokens,
+                             qpos=batch.query_pos, Unit=Unit, Replace=Replace, SetGate=SetGate, Read=Read)
+    monkeypatch.chdir(tmp_path)
+    yield
