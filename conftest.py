@@ -8,9 +8,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import beartype  # noqa: E402,F401  (before nnsight, see RECIPES.md)
 import pytest  # noqa: E402
+from jaxtyping import install_import_hook  # noqa: E402
+
+#: Packages whose annotations (jaxtyping shapes and plain types) are checked at every call in the
+#: tests: a function called with, or returning, the wrong shape or type fails the test that called it.
+CHECKED = ["phaseinterp.model", "phaseinterp.measure", "phaseinterp.interventions", "phaseinterp.analysis"]
+install_import_hook(CHECKED, "beartype.beartype")
+
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture
+def unchecked():
+    """Tests of bad input call the library as users do, without the runtime type checker, so that
+    they meet the library's own error (the checker would reject a 1-D token tensor first)."""
+    from jaxtyping import config
+
+    config.update("jaxtyping_disable", True)
+    yield
+    config.update("jaxtyping_disable", False)
 
 
 @pytest.fixture(autouse=True)

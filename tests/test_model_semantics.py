@@ -178,7 +178,7 @@ def test_sink_only_lowers_attention_mass():
     assert torch.all(mass < 0.99) and torch.all(mass > 0)
 
 
-def test_bad_tokens_and_lengths_raise_clear_errors():
+def test_bad_tokens_and_lengths_raise_clear_errors(unchecked):
     model = noisy_model(tiny_cfg(["full"], n_ctx=16))
     with pytest.raises(ValueError, match=r"token id 97 out of range: allowed 0..96"):
         model(torch.tensor([[1, 97]]))

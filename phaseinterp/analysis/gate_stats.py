@@ -33,7 +33,8 @@ def entropy(p: Float[Tensor, "*batch offset"]) -> Float[Tensor, "*batch"]:
     return -torch.special.xlogy(p, p).sum(-1)
 
 
-def effective_offsets(a: Float[Tensor, "window offset *channels"]) -> tuple[Tensor, Tensor]:
+def effective_offsets(a: Float[Tensor, "window offset *channels"]
+                      ) -> tuple[Float[Tensor, " *channels"], Float[Tensor, " *channels"]]:
     """(static, per-window) effective numbers of offsets of gate weights a[window, offset, ...],
     per trailing channel. Example: a gate that is one-hot on a different offset in each window
     has per-window 1 and static W; a fixed one-hot gate has both 1; uniform has both W.
@@ -50,7 +51,7 @@ def effective_offsets(a: Float[Tensor, "window offset *channels"]) -> tuple[Tens
 
 
 def gate_weights(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence[int] | None = None
-                 ) -> dict[tuple[int, str], Tensor]:
+                 ) -> dict[tuple[int, str], Float[Tensor, "window offset *channels"]]:
     """Gate weights of every (layer, branch) on `tokens`, as [window, offset, kv_head(, d_head)]
     over all complete windows of all rows that start at position >= 0."""
     comps = compressors(model, layers)

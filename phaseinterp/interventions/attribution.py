@@ -124,7 +124,7 @@ class GateAttribution:
 MODES = ("denoise", "noise")
 
 
-def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, Tensor, None] = None,
+def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, Float[Tensor, "..."], None] = None,
                      offset: int | None = None, mode: str = "denoise", target: str = "weights",
                      layers: Sequence[int] | None = None, validate: bool = True, max_rows: int = 2048
                      ) -> GateAttribution:

@@ -27,7 +27,7 @@ KINDS = ("z", "resid_pre")
 class _Group:
     """Rows sharing one query position t, and what each layer needs to recompute t."""
 
-    def __init__(self, t: int, rows: Tensor, model):
+    def __init__(self, t: int, rows: Int[Tensor, " row"], model):
         self.t, self.rows = t, rows
         self.layers: list[dict] = []
         for block in model.blocks:

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.measure.specialization import SpecializationMap
@@ -161,7 +161,8 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[HeadUnit], calibra
     return clean, run_units(model, batch.tokens, batch.query_pos, edits, max_rows=max_rows), method
 
 
-def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]) -> Tensor:
+def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]
+               ) -> Bool[Tensor, "*units batch"]:
     """Top-1 over the full vocabulary is one of the accepted answers."""
     return (logits.argmax(-1)[..., None] == answers.to(logits.device)).any(-1)
 

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from phaseinterp.interventions.runner import hooked
@@ -53,8 +54,9 @@ def _valid_slots(comp: Compressor, n_entries: int, device) -> Tensor:
     return (start[:, None] + torch.arange(cc.window, device=device)[None]) >= 0
 
 
-def override_values(comp: Compressor, act: Tensor, kind: str, *, target: str = "weights", offset: int | None = None,
-                    tensor: Tensor | None = None, kv_heads: Sequence[int] | None = None) -> Tensor:
+def override_values(comp: Compressor, act: Float[Tensor, "batch entry offset *channels"], kind: str, *,
+                    target: str = "weights", offset: int | None = None, tensor: Float[Tensor, "..."] | None = None,
+                    kv_heads: Sequence[int] | None = None) -> Float[Tensor, "batch entry offset *channels"]:
     """The gate activation `act` ([batch, entry, offset, kv_head(, d_head)], weights or logits)
     after an override, for the selected KV heads (others unchanged).
 
@@ -110,7 +112,7 @@ def override_values(comp: Compressor, act: Tensor, kind: str, *, target: str = "
 
 def gate_override_hooks(model, kind: str = "uniform", *, target: str = "weights", layers: Sequence[int] | None = None,
                         branches: Sequence[str] | None = None, kv_heads: Sequence[int] | None = None,
-                        offset: int | None = None, tensor: Tensor | None = None,
+                        offset: int | None = None, tensor: Float[Tensor, "..."] | None = None,
                         record: dict | None = None) -> list[tuple[str, Callable]]:
     """Forward hooks that override gate weights (`hook_gate`) or logits (`hook_gate_logits`).
 

@@ -53,8 +53,9 @@ def top_other(logits: Float[Tensor, "batch vocab"], exclude: Int[Tensor, "batch 
     return masked.argmax(-1)
 
 
-def normalized_by_residue(patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarray, residue: np.ndarray,
-                          modulus: int, rel_min: float | int) -> tuple[np.ndarray, np.ndarray]:
+def normalized_by_residue(patched: Float[np.ndarray, "unit row"], clean: Float[np.ndarray, " row"],
+                          corrupt: Float[np.ndarray, " row"], residue: Int[np.ndarray, " row"], modulus: int,
+                          rel_min: float | int) -> tuple[Float[np.ndarray, "unit residue"], Float[np.ndarray, " residue"]]:
     """Per unit and residue `sum(patched - corrupt) / sum(clean - corrupt)`, and the mean gap.
 
     nan where the residue's mean clean-corrupt gap is below `rel_min` times the metric's scale:

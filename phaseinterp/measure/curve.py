@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from jaxtyping import Bool
+from jaxtyping import Bool, Int
 from torch import Tensor
 
 from phaseinterp.measure.intervals import cluster_bootstrap, percentile_interval, wilson_interval
@@ -164,7 +164,7 @@ class PhaseCurve:
     # ---- summary statistics ---------------------------------------------------------------
 
     @property
-    def residues(self) -> np.ndarray:
+    def residues(self) -> Int[np.ndarray, " residue"]:
         return np.arange(self.modulus)
 
     @property

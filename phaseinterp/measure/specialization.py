@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from jaxtyping import Float, Shaped
 
 from phaseinterp.measure.provenance import dumps, jsonable, versions
 
@@ -96,7 +97,7 @@ class SpecializationMap:
         except ValueError:
             raise ValueError(f"{dim}={label!r} is invalid: allowed {self.coords[dim]}") from None
 
-    def sel(self, **labels: Any) -> np.ndarray:
+    def sel(self, **labels: Any) -> Float[np.ndarray, "..."]:
         """Values at the given labels, e.g. `m.sel(layer=0, kv_head=1)` -> values over residue."""
         idx = tuple(self.index(d, labels[d]) if d in labels else slice(None) for d in self.dims)
         unknown = set(labels) - set(self.dims)
@@ -111,7 +112,7 @@ class SpecializationMap:
             rows = [r + [str(c)] for r in rows for c in self.coords[d]]
         return [".".join(r) for r in rows]
 
-    def as_2d(self, values: np.ndarray | None = None) -> np.ndarray:
+    def as_2d(self, values: Shaped[np.ndarray, "..."] | None = None) -> Shaped[np.ndarray, "row col"]:
         """Rows = all axes but the last flattened (in `row_labels` order), columns = the last axis."""
         v = self.values if values is None else values
         return v.reshape(-1, self.values.shape[-1])

@@ -17,6 +17,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from phaseinterp.config import CompressionConfig, ModelConfig
@@ -68,13 +69,13 @@ class Attention(nn.Module):
     def rope_theta(self) -> float:
         return self.cfg.rope_theta if self.cc is None or self.cc.rope_theta is None else self.cc.rope_theta
 
-    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+    def rotate(self, x: Float[Tensor, "*lead pos head d"], positions: Int[Tensor, " pos"]) -> Float[Tensor, "*lead pos head d"]:
         return apply_rope(x, rope_angles(positions, self.rope_dims, self.rope_theta), self.rope_style)
 
     def needs_explicit(self) -> bool:
         return self.explicit or self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         seq_len = x.shape[1]
         positions = torch.arange(seq_len, device=x.device)
         q = self.hook_q(torch.einsum("btd,hde->bthe", x, self.W_Q))
@@ -103,7 +104,8 @@ class Attention(nn.Module):
         pattern = self.hook_pattern(scores.softmax(dim=-1))
         return torch.einsum("bhqk,bkhd->bqhd", pattern, v.repeat_interleave(group, dim=2))
 
-    def entries(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def entries(self, x: Float[Tensor, "batch pos d_model"]
+                ) -> tuple[Float[Tensor, "batch entry kv_head d_head"], Float[Tensor, "batch entry kv_head d_head"]]:
         """Key entries (RoPE at each entry's position) and value entries, [batch, entry, kv_head, d]."""
         cc = self.cc
         if cc.kv == "tied":

@@ -19,6 +19,7 @@ With `chunkings = k > 1`, entry j belongs to chunking j mod k, which has its own
 from __future__ import annotations
 
 import torch
+from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from phaseinterp.config import CompressionConfig
@@ -26,24 +27,27 @@ from phaseinterp.model.layers import RMSNorm
 from transformer_lens.hook_points import HookPoint
 
 
-def window_starts(cc: CompressionConfig, n_entries: int, device: torch.device | None = None) -> Tensor:
+def window_starts(cc: CompressionConfig, n_entries: int, device: torch.device | None = None) -> Int[Tensor, " entry"]:
     """First absolute position of each of the first `n_entries` windows (may be negative)."""
     return torch.arange(n_entries, device=device) * cc.entry_stride - cc.pad
 
 
-def entry_rope_positions(cc: CompressionConfig, n_entries: int, device: torch.device | None = None) -> Tensor:
+def entry_rope_positions(cc: CompressionConfig, n_entries: int, device: torch.device | None = None
+                         ) -> Int[Tensor, " entry"]:
     """Positions at which the key entries are rotated (`CompressionConfig.rope_position`)."""
     shift = cc.stride if cc.layout == "deepseek-csa" else 0
     return window_starts(cc, n_entries, device) + shift
 
 
-def window_positions(cc: CompressionConfig, seq_len: int, device: torch.device | None = None) -> Tensor:
+def window_positions(cc: CompressionConfig, seq_len: int, device: torch.device | None = None
+                     ) -> Int[Tensor, "entry window"]:
     """Absolute positions covered by each complete window: [n_entries, W] (may hold negatives)."""
     starts = window_starts(cc, cc.n_entries(seq_len), device)
     return starts[:, None] + torch.arange(cc.window, device=device)
 
 
-def map_index(cc: CompressionConfig, maps: str) -> Tensor:
+def map_index(cc: CompressionConfig, maps: str) -> Int[Tensor, " window"]:
+    """Row of the payload or gate weights that each window offset uses (`CompressionConfig.payload`, `gate_maps`)."""
     if cc.layout == "deepseek-csa":
         return (torch.arange(cc.window) >= cc.stride).long()
     if maps == "per_offset":
@@ -82,7 +86,7 @@ class Compressor(nn.Module):
     def gate_shape(self) -> tuple[int, ...]:
         return (self.n_kv_heads, self.d_head) if self.cc.gate == "vector" else (self.n_kv_heads,)
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch entry kv_head d_head"]:
         pos = window_positions(self.cc, h.shape[1], h.device)
         return self.fold(h[:, pos.clamp(min=0)], pos < 0)
 
@@ -99,7 +103,8 @@ class Compressor(nn.Module):
             logits = logits + self.b_Z[chunking * cc.window:(chunking + 1) * cc.window]
         return payload, logits
 
-    def fold(self, windows: Tensor, before_start: Tensor, first_entry: int = 0) -> Tensor:
+    def fold(self, windows: Float[Tensor, "batch entry window d_model"], before_start: Bool[Tensor, "entry window"],
+             first_entry: int = 0) -> Float[Tensor, "batch entry kv_head d_head"]:
         """Entries [batch, n, kv_head, d_head] of windows [batch, n, W, d_model] that are entries
         `first_entry ..` of the layer; `before_start` [n, W] marks slots before position 0."""
         cc, k = self.cc, self.cc.chunkings

@@ -19,25 +19,26 @@ from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.config import CompressionConfig
 from phaseinterp.model.compressor import window_positions
 
 
-def entry_ends(cc: CompressionConfig, seq_len: int, device=None) -> Tensor:
+def entry_ends(cc: CompressionConfig, seq_len: int, device=None) -> Int[Tensor, " entry"]:
     """Last absolute position covered by each entry: entry j is visible to query t iff end_j <= t."""
     return window_positions(cc, seq_len, device)[:, -1]
 
 
-def last_visible_end(cc: CompressionConfig, t: Tensor) -> Tensor:
+def last_visible_end(cc: CompressionConfig, t: Int[Tensor, " *query"]) -> Int[Tensor, " *query"]:
     """End of the newest entry visible at each query position t, or -1 when none is."""
     first_end = cc.window - 1 - cc.pad
     j = torch.div(t - first_end, cc.entry_stride, rounding_mode="floor")
     return torch.where(t >= first_end, j * cc.entry_stride + first_end, torch.full_like(t, -1))
 
 
-def local_key_mask(cc: CompressionConfig, t: Tensor, pos: Tensor) -> Tensor:
+def local_key_mask(cc: CompressionConfig, t: Int[Tensor, "*#shape"], pos: Int[Tensor, "*#shape"]) -> Bool[Tensor, "*#shape"]:
     """May query t read the exact token at pos? (broadcasting t against pos)."""
     ok = (pos >= 0) & (pos <= t)
     if cc.local_window == "tail":
@@ -45,7 +46,7 @@ def local_key_mask(cc: CompressionConfig, t: Tensor, pos: Tensor) -> Tensor:
     return ok & (pos > t - cc.local_window)
 
 
-def joint_mask(cc: CompressionConfig, seq_len: int, device=None) -> Tensor:
+def joint_mask(cc: CompressionConfig, seq_len: int, device=None) -> Bool[Tensor, "pos key"]:
     """[q_pos, n + L] boolean mask in the explicit key layout."""
     t = torch.arange(seq_len, device=device)
     L = cc.local_length()
@@ -59,7 +60,8 @@ def _local_windows(x: Tensor, L: int) -> Tensor:
     return F.pad(x, (0, 0, 0, 0, L - 1, 0)).unfold(1, L, 1)
 
 
-def explicit_scores(cc: CompressionConfig, q: Tensor, k: Tensor, ek: Tensor, scale: float) -> Tensor:
+def explicit_scores(cc: CompressionConfig, q: Float[Tensor, "batch pos head d"], k: Float[Tensor, "batch pos kv_head d"],
+                    ek: Float[Tensor, "batch entry kv_head d"], scale: float) -> Float[Tensor, "batch head pos key"]:
     """Masked joint scores [batch, head, q_pos, n + L]."""
     batch, seq_len, n_heads, d = q.shape
     kv_heads = k.shape[2]
@@ -75,7 +77,8 @@ def explicit_scores(cc: CompressionConfig, q: Tensor, k: Tensor, ek: Tensor, sca
     return scores.masked_fill(~joint_mask(cc, seq_len, q.device), float("-inf"))
 
 
-def softmax_with_sink(scores: Tensor, sink: Tensor | None) -> Tensor:
+def softmax_with_sink(scores: Float[Tensor, "batch head pos key"], sink: Float[Tensor, " head"] | None
+                      ) -> Float[Tensor, "batch head pos key"]:
     """Softmax over the last axis; `sink` [head] adds exp(sink) to the denominator only.
 
     Rows with no visible key (possible only with L = 0 and no sink) get all-zero weights.
@@ -88,7 +91,8 @@ def softmax_with_sink(scores: Tensor, sink: Tensor | None) -> Tensor:
     return scores.softmax(dim=-1).masked_fill(empty, 0.0)
 
 
-def explicit_mix(cc: CompressionConfig, pattern: Tensor, v: Tensor, ev: Tensor) -> Tensor:
+def explicit_mix(cc: CompressionConfig, pattern: Float[Tensor, "batch head pos key"], v: Float[Tensor, "batch pos kv_head d"],
+                 ev: Float[Tensor, "batch entry kv_head d"]) -> Float[Tensor, "batch pos head d"]:
     """z [batch, pos, head, d] from the joint pattern, entry values `ev` and local values `v`."""
     batch, n_heads, seq_len, _ = pattern.shape
     kv_heads, d = v.shape[2], v.shape[3]
@@ -103,16 +107,16 @@ def explicit_mix(cc: CompressionConfig, pattern: Tensor, v: Tensor, ev: Tensor) 
 
 def fused_joint_attention(
     cc: CompressionConfig,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    ek: Tensor,
-    ev: Tensor,
+    q: Float[Tensor, "batch pos head d"],
+    k: Float[Tensor, "batch pos kv_head d"],
+    v: Float[Tensor, "batch pos kv_head d"],
+    ek: Float[Tensor, "batch entry kv_head d"],
+    ev: Float[Tensor, "batch entry kv_head d"],
     scale: float,
-    sink: Tensor | None,
+    sink: Float[Tensor, " head"] | None,
     block: int = 256,
     segments: int = 4,
-) -> Tensor:
+) -> Float[Tensor, "batch pos head d"]:
     """Same result as the explicit path, through SDPA over query blocks of `block` positions.
 
     Block b holds queries bB..bB+B-1 and reads entries plus positions bB-L+1..bB+B-1, so its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from transformer_lens.hook_points import HookPoint
@@ -18,7 +19,7 @@ class RMSNorm(nn.Module):
         if hooked:
             self.hook_normalized = HookPoint()
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Float[Tensor, "*lead dim"]) -> Float[Tensor, "*lead dim"]:
         dtype = x.dtype
         xf = x.float()
         out = (self.weight.float() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))).to(dtype)
@@ -26,13 +27,14 @@ class RMSNorm(nn.Module):
         return hook(out) if hook is not None else out
 
 
-def rope_angles(positions: Tensor, dims: int, theta: float) -> Tensor:
+def rope_angles(positions: Int[Tensor, " *pos"], dims: int, theta: float) -> Float[Tensor, " *pos half"]:
     """Angles `pos * theta^(-2k/dims)` for k = 0..dims/2-1: shape [*positions.shape, dims/2]."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float32, device=positions.device) / dims))
     return positions.float()[..., None] * inv_freq
 
 
-def apply_rope(x: Tensor, angles: Tensor, style: str) -> Tensor:
+def apply_rope(x: Float[Tensor, "*lead pos head d"], angles: Float[Tensor, "pos half"], style: str
+               ) -> Float[Tensor, "*lead pos head d"]:
     """Rotate the trailing `2 * angles.shape[-1]` channels of `x` ([..., pos, head, d]).
 
     `angles` is [pos, dims/2] and broadcasts over batch and heads. "neox" pairs channel k with

@@ -4,6 +4,7 @@ chunk-compressed KV cache, with TransformerLens hook points everywhere (see docs
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Any, Callable, Literal
 
 import torch
@@ -30,7 +31,7 @@ class MLP(nn.Module):
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Float[Tensor, "*lead d_model"]) -> Float[Tensor, "*lead d_model"]:
         pre = self.hook_pre(x @ self.W_gate)
         return self.hook_post(torch.nn.functional.silu(pre) * (x @ self.W_in)) @ self.W_out
 
@@ -45,7 +46,8 @@ class Block(nn.Module):
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, resid: Tensor, at: Tensor | None = None) -> Tensor:
+    def forward(self, resid: Float[Tensor, "batch pos d_model"], at: Bool[Tensor, "batch pos"] | None = None
+                ) -> Float[Tensor, "batch pos d_model"] | Float[Tensor, "n d_model"]:
         """`at` (bool [batch, pos]): run the MLP only at those positions and return them, [n, d_model]."""
         resid = self.hook_resid_pre(resid)
         resid = self.hook_resid_mid(resid + self.hook_attn_out(self.attn(self.ln1(resid))))
@@ -98,7 +100,7 @@ class HookedCompressedTransformer(HookedRootModule):
                     p.copy_(torch.randn(p.shape, generator=gen) * scale)
 
     @property
-    def W_unembed(self) -> Tensor:
+    def W_unembed(self) -> Float[Tensor, "d_model vocab"]:
         return self.W_E.T if self.cfg.tie_embeddings else self.W_U
 
     # ---- forward -------------------------------------------------------------------------------
@@ -178,7 +180,7 @@ class HookedCompressedTransformer(HookedRootModule):
         for block in self.blocks:
             block.attn.explicit = explicit
 
-    def save(self, path: str) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Write weights and config to `path` (safetensors, atomically). See `phaseinterp.load`."""
         from phaseinterp.checkpoint_io import save_model
 
