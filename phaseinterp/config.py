@@ -10,7 +10,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Literal, Union
 
-GATES = ("scalar", "vector", "uniform")
+from phaseinterp.gates import GATE_KINDS
+
 MAPS = ("per_offset", "shared")
 KV_MODES = ("separate", "tied")
 ROPE_MODES = ("full", "partial", "none")
@@ -74,8 +75,9 @@ class CompressionConfig:
     Attributes:
         window: W, tokens folded into one entry.
         stride: S, distance between window starts, 1 <= S <= W.
-        gate: "scalar" (one logit per offset and KV head), "vector" (one per channel) or "uniform"
-            (a = 1/W, no gate parameters).
+        gate: a registered gate kind (`phaseinterp.gates`): "scalar" (one logit per offset and KV
+            head), "vector" (one per channel), "uniform" (a = 1/W, no gate parameters), or one
+            added with `register_gate`.
         offset_bias: learned bias b_i on the gate logits (DeepSeek's `ape`).
         payload: payload maps C_i "per_offset" or one "shared" map.
         gate_maps: gate maps Z_i "per_offset" or one "shared" map.
@@ -102,7 +104,7 @@ class CompressionConfig:
 
     window: int = 8
     stride: int = 8
-    gate: Literal["scalar", "vector", "uniform"] = "scalar"
+    gate: str = "scalar"
     offset_bias: bool = True
     payload: Literal["per_offset", "shared"] = "per_offset"
     gate_maps: Literal["per_offset", "shared"] = "per_offset"
@@ -121,7 +123,7 @@ class CompressionConfig:
     def __post_init__(self) -> None:
         _check_int("window", self.window, 1)
         _check_int("stride", self.stride, 1, self.window)
-        _check_choice("gate", self.gate, GATES)
+        _check_choice("gate", self.gate, tuple(GATE_KINDS))
         _check_bool("offset_bias", self.offset_bias)
         _check_choice("payload", self.payload, MAPS)
         _check_choice("gate_maps", self.gate_maps, MAPS)

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from phaseinterp.backends.base import Backend, Site
 from phaseinterp.backends.units import BackendConfig
+from phaseinterp.gates import gate_kind
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.model.compressor import window_starts
 
@@ -79,7 +80,7 @@ class HookedBackend(Backend):
 
     def gate_shape(self, layer: int) -> tuple[int, int]:
         c = self.model.cfg
-        return (c.n_kv_heads, c.d_head if self._cc(layer).gate == "vector" else 1)
+        return (c.n_kv_heads, c.d_head if gate_kind(self._cc(layer).gate).per_channel else 1)
 
     def entry_shape(self, layer: int) -> tuple[int, int]:
         self._cc(layer)
@@ -95,7 +96,7 @@ class HookedBackend(Backend):
         if site == "entry":
             return _hook_site(compressor.hook_out)
         s = _hook_site(compressor.hook_gate)
-        if self._cc(layer).gate != "vector":
+        if not gate_kind(self._cc(layer).gate).per_channel:
             s.to_canon = lambda raw: raw[..., None]
             s.from_canon = lambda canon, raw: canon[..., 0]
         return s

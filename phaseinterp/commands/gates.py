@@ -76,7 +76,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         comps = compressors(model, args.layers)
         by_stride: dict[int, list[int]] = {}
         for layer, _, comp in comps:
-            if comp.cc.gate != "uniform":
+            if comp.kind.learned:
                 by_stride.setdefault(comp.cc.stride, [])
                 if layer not in by_stride[comp.cc.stride]:
                     by_stride[comp.cc.stride].append(layer)
@@ -86,7 +86,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             out["cycling"] += gate_cycling(model, batch, args.deltas, layers=layers, n_boot=args.n_boot,
                                            seed=args.task_seed)
-    if not args.no_attribution and any(c.cc.gate != "uniform" for _, _, c in compressors(model, args.layers)):
+    if not args.no_attribution and any(c.kind.learned for _, _, c in compressors(model, args.layers)):
         out["attribution"] = gate_attribution(model, batch, override=args.override, mode=args.mode,
                                               layers=args.layers, max_rows=args.max_rows)
     if args.dynamics is not None:

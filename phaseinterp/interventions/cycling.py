@@ -22,7 +22,7 @@ from phaseinterp.tasks import PhaseBatch
 
 def _rollable(comp: Compressor) -> tuple[bool, bool]:
     """(gate maps differ by offset, has an offset bias)."""
-    if comp.cc.gate == "uniform":
+    if not comp.kind.learned:
         return False, False
     return bool((comp.gate_index != comp.gate_index[0]).any()), hasattr(comp, "b_Z")
 

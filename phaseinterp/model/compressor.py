@@ -23,6 +23,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from phaseinterp.config import CompressionConfig
+from phaseinterp.gates import gate_kind
 from phaseinterp.model.layers import RMSNorm
 from transformer_lens.hook_points import HookPoint
 
@@ -73,7 +74,8 @@ class Compressor(nn.Module):
         self.register_buffer("gate_index", map_index(cc, cc.gate_maps), persistent=False)
         k = cc.chunkings
         self.W_C = nn.Parameter(torch.empty(k * n_maps(cc, cc.payload), d_model, out))
-        gate_out = {"scalar": n_kv_heads, "vector": out}.get(cc.gate)
+        self.kind = gate_kind(cc.gate)
+        gate_out = self.kind.logit_width(n_kv_heads, d_head)
         if gate_out is not None:
             self.W_Z = nn.Parameter(torch.empty(k * n_maps(cc, cc.gate_maps), d_model, gate_out))
             if cc.offset_bias:
@@ -84,7 +86,7 @@ class Compressor(nn.Module):
         self.hook_out = HookPoint()
 
     def gate_shape(self) -> tuple[int, ...]:
-        return (self.n_kv_heads, self.d_head) if self.cc.gate == "vector" else (self.n_kv_heads,)
+        return self.kind.shape(self.n_kv_heads, self.d_head)
 
     def forward(self, h: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch entry kv_head d_head"]:
         pos = window_positions(self.cc, h.shape[1], h.device)
@@ -95,7 +97,7 @@ class Compressor(nn.Module):
         cc = self.cc
         rows = self.payload_index + chunking * n_maps(cc, cc.payload)
         payload = torch.einsum("bnwd,wde->bnwe", windows, self.W_C[rows])
-        if cc.gate == "uniform":
+        if not self.kind.learned:
             return payload, None
         rows = self.gate_index + chunking * n_maps(cc, cc.gate_maps)
         logits = torch.einsum("bnwd,wde->bnwe", windows, self.W_Z[rows])
@@ -107,14 +109,14 @@ class Compressor(nn.Module):
              first_entry: int = 0) -> Float[Tensor, "batch entry kv_head d_head"]:
         """Entries [batch, n, kv_head, d_head] of windows [batch, n, W, d_model] that are entries
         `first_entry ..` of the layer; `before_start` [n, W] marks slots before position 0."""
-        cc, k = self.cc, self.cc.chunkings
+        k = self.cc.chunkings
         batch, n, width, _ = windows.shape
         if k == 1:
             payload, logits = self._maps(windows, 0)
         else:
             parts = [(c, self._maps(windows[:, c::k], (first_entry + c) % k)) for c in range(min(k, n))]
             payload = windows.new_empty(batch, n, width, self.W_C.shape[-1])
-            logits = None if cc.gate == "uniform" else windows.new_empty(batch, n, width, self.W_Z.shape[-1])
+            logits = None if not self.kind.learned else windows.new_empty(batch, n, width, self.W_Z.shape[-1])
             for c, (p, g) in parts:
                 payload[:, c::k] = p
                 if logits is not None:
@@ -126,8 +128,8 @@ class Compressor(nn.Module):
             logits = logits.view(batch, n, width, *self.gate_shape())
         before_start = before_start.view(1, n, width, *([1] * len(self.gate_shape())))
         logits = self.hook_gate_logits(logits.masked_fill(before_start, float("-inf")))
-        gate = self.hook_gate(logits.softmax(dim=2))
-        if self.cc.gate != "vector":
+        gate = self.hook_gate(self.kind.normalize(logits, 2))
+        if not self.kind.per_channel:
             gate = gate[..., None]
         entries = (gate * payload).sum(dim=2)
         if self.norm is not None:

@@ -87,13 +87,13 @@ def check_mitigation(model, mitigation: Mitigation) -> None:
     if mitigation.coverage_weight > 0:
         pairs = 0
         for stride in {c.cc.stride for _, c in units}:
-            n = sum(c.n_kv_heads * c.cc.chunkings for _, c in units if c.cc.stride == stride and c.cc.gate != "uniform")
+            n = sum(c.n_kv_heads * c.cc.chunkings for _, c in units if c.cc.stride == stride and c.kind.learned)
             pairs += n * (n - 1) // 2
         if not pairs:
             raise ValueError(f"coverage_weight={mitigation.coverage_weight} is invalid here: it needs at least two "
                              "learned key-gate units with the same stride (KV heads x layers x chunkings); "
                              "this model has fewer, so the term would change nothing")
-    if mitigation.entropy_weight > 0 and all(c.cc.gate == "uniform" for _, c in units):
+    if mitigation.entropy_weight > 0 and not any(c.kind.learned for _, c in units):
         raise ValueError(f"entropy_weight={mitigation.entropy_weight} is invalid here: uniform gates have no "
                          "parameters, the term would change nothing")
 
@@ -158,7 +158,7 @@ def coverage_penalty(gates: list[tuple[Compressor, Tensor]]) -> Tensor:
     """Mean phase overlap sum_r p_u(r) p_v(r) over pairs of key-gate units with the same stride."""
     by_stride: dict[int, list[Tensor]] = {}
     for comp, gate in gates:
-        if comp.cc.gate != "uniform":
+        if comp.kind.learned:
             by_stride.setdefault(comp.cc.stride, []).extend(_phase_profiles(gate, comp))
     terms = []
     for profiles in by_stride.values():
@@ -174,7 +174,7 @@ def static_entropy_penalty(gates: list[tuple[Compressor, Tensor]]) -> Tensor:
     terms = []
     for comp, gate in gates:
         cc = comp.cc
-        if cc.gate == "uniform":
+        if not comp.kind.learned:
             continue
         for keep in _chunkings(cc, gate.shape[1], gate.device):
             mean = gate[:, keep].float().mean(dim=(0, 1)).movedim(0, -1)  # [kv_head(, d), W]
