@@ -171,66 +171,73 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
     comps = compressors(model, layers)
     hook = "hook_gate" if target == "weights" else "hook_gate_logits"
     names = [f"blocks.{l}.attn.{next(a for a, b in BRANCH_NAMES.items() if b == br)}.{hook}" for l, br, _ in comps]
-    base_hooks: list = []
-    if isinstance(data, Pairing):
-        if override is not None or mode != "denoise":
-            raise ValueError("with a Pairing, give no override and mode='denoise' (base = corrupt, source = clean)")
-        base, rows, pair_foil = data.corrupt, data.clean, data.foil
-        sources = capture(model, data.clean.tokens, names)
-        reference = f"{data.kind} (denoising)"
-    elif isinstance(data, PhaseBatch):
-        if override is None:
-            raise ValueError("with a PhaseBatch give override='uniform', 'one_hot' (with offset) or a tensor")
-        kind = override if isinstance(override, str) else "tensor"
-        tensor = None if isinstance(override, str) else override
-        base, rows, pair_foil = data, data, None
-        real = capture(model, data.tokens, names)
-        if mode == "denoise":
-            base_hooks = gate_override_hooks(model, kind, target=target, layers=sorted({l for l, _, _ in comps}),
-                                             offset=offset, tensor=tensor)
-            sources = real
-        else:
-            sources = {n: override_values(c, real[n], kind, target=target, offset=offset, tensor=tensor)
-                       for n, (_, _, c) in zip(names, comps)}
-        reference = f"override {kind}" + (f" at offset {offset}" if offset is not None else "") + f" ({mode})"
-    else:
-        raise ValueError(f"data must be a PhaseBatch or a Pairing, got {type(data).__name__}")
-    dev = model_device(model)
+    base, rows, pair_foil, sources, base_hooks, reference = _runs(model, data, comps, names, override, offset, mode,
+                                                                  target)
     base_logits = final_logits(model, base.tokens, base.query_pos, base_hooks)
+    dev = model_device(model)
     foil = (pair_foil if pair_foil is not None else top_other(base_logits, rows.answers)).to(dev)
     answer = rows.answer.to(dev)
     metric = lambda lg: logit_diff(lg, answer, foil)  # noqa: E731
     attr, m_base = attribution_patching(model, base.tokens, base.query_pos, sources, metric, base_hooks=base_hooks)
     res, R = rows.residue.cpu().numpy(), rows.modulus
     K = model.cfg.n_kv_heads
-    Wmax = max(c.cc.window for _, _, c in comps)
     layer_ids = sorted({l for l, _, _ in comps})
     branches = [b for b in BRANCH_NAMES.values() if any(br == b for _, br, _ in comps)]
-    shape = (len(layer_ids), len(branches), K, Wmax, R)
+    shape = (len(layer_ids), len(branches), K, max(c.cc.window for _, _, c in comps), R)
     values = np.full(shape, np.nan)
-    exact = np.full(shape, np.nan) if validate else None
-    units, where = [], []
+    cells = []  # (name, index into values, offset, kv head) of every gate slot
     for (l, br, c), n in zip(comps, names):
-        a = attr[n]
-        per_row = a.sum(dim=(1, *range(4, a.ndim)))  # [batch, offset, kv_head]
-        li, bi = layer_ids.index(l), branches.index(br)
+        per_row = attr[n].sum(dim=(1, *range(4, attr[n].ndim)))  # [batch, offset, kv_head]
         for h in range(K):
             for o in range(c.cc.window):
-                values[li, bi, h, o] = by_residue(per_row[:, o, h].cpu().numpy().astype(np.float64), res, R)
-                if validate:
-                    units.append({n: _write_slot(sources[n], o, h)})
-                    where.append((li, bi, h, o))
+                idx = (layer_ids.index(l), branches.index(br), h, o)
+                values[idx] = by_residue(per_row[:, o, h].cpu().numpy().astype(np.float64), res, R)
+                cells.append((n, idx, o, h))
+    exact = None
     if validate:
+        units = [{n: _write_slot(sources[n], o, h)} for n, _, o, h in cells]
         edited = run_units(model, base.tokens, base.query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
         delta = (metric(edited) - m_base[None]).cpu().numpy()
-        for (li, bi, h, o), d in zip(where, delta):
-            exact[li, bi, h, o] = by_residue(d.astype(np.float64), res, R)
-    coords = {"layer": layer_ids, "branch": branches, "kv_head": list(range(K)), "offset": list(range(Wmax)),
+        exact = np.full(shape, np.nan)
+        for (_, idx, _, _), d in zip(cells, delta):
+            exact[idx] = by_residue(d.astype(np.float64), res, R)
+    coords = {"layer": layer_ids, "branch": branches, "kv_head": list(range(K)), "offset": list(range(shape[3])),
               "residue": list(range(R))}
-    dims = ("layer", "branch", "kv_head", "offset", "residue")
     meta = {"intervention": {"kind": "gate_attribution", "target": target, "reference": reference, "mode": mode},
             "target": target, "reference": reference, "model": model_config(model), "task": rows.meta,
             "versions": versions(), "convention": "(source - base) * dM/da at the base run; M = answer logit difference"}
+    return _result(values, exact, coords, meta, target, reference, mode)
+
+
+def _runs(model, data: PhaseBatch | Pairing, comps: list, names: list[str], override: Any, offset: int | None,
+          mode: str, target: str) -> tuple:
+    """(base batch, scored rows, foil or None, source gate activations by hook name, hooks of the
+    base run, description of the reference) for a pairing or an override."""
+    if isinstance(data, Pairing):
+        if override is not None or mode != "denoise":
+            raise ValueError("with a Pairing, give no override and mode='denoise' (base = corrupt, source = clean)")
+        return data.corrupt, data.clean, data.foil, capture(model, data.clean.tokens, names), [], f"{data.kind} (denoising)"
+    if not isinstance(data, PhaseBatch):
+        raise ValueError(f"data must be a PhaseBatch or a Pairing, got {type(data).__name__}")
+    if override is None:
+        raise ValueError("with a PhaseBatch give override='uniform', 'one_hot' (with offset) or a tensor")
+    kind = override if isinstance(override, str) else "tensor"
+    tensor = None if isinstance(override, str) else override
+    real = capture(model, data.tokens, names)
+    reference = f"override {kind}" + (f" at offset {offset}" if offset is not None else "") + f" ({mode})"
+    if mode == "denoise":
+        hooks = gate_override_hooks(model, kind, target=target, layers=sorted({l for l, _, _ in comps}), offset=offset,
+                                    tensor=tensor)
+        return data, data, None, real, hooks, reference
+    sources = {n: override_values(c, real[n], kind, target=target, offset=offset, tensor=tensor)
+               for n, (_, _, c) in zip(names, comps)}
+    return data, data, None, sources, [], reference
+
+
+def _result(values: np.ndarray, exact: np.ndarray | None, coords: dict, meta: dict, target: str, reference: str,
+            mode: str) -> GateAttribution:
+    """The attribution map, the exact map when validated, and their rank agreement."""
+    dims = ("layer", "branch", "kv_head", "offset", "residue")
     amap = SpecializationMap(values, dims, coords, quantity=f"attribution to gate {target} (logit diff)",
                              direction=0, clip=None, meta=meta)
     emap = None if exact is None else SpecializationMap(

@@ -10,6 +10,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.interventions.checks import check_at_least_one, check_position
 from phaseinterp.interventions.runner import capture, model_device, n_layers, runnable
 from phaseinterp.tasks import PhaseBatch
 
@@ -27,8 +28,7 @@ def check_positions(positions: Positions, seq_len: int) -> str | tuple[int, ...]
     if not pos:
         raise ValueError("positions is empty: give 'final', 'all' or at least one position")
     for p in pos:
-        if not 0 <= p < seq_len:
-            raise ValueError(f"position {p} is invalid: allowed 0..{seq_len - 1}")
+        check_position(p, seq_len)
     return pos
 
 
@@ -134,8 +134,8 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
         torch.Size([2, 1, 4, 16])
     """
     model = runnable(model)
-    if max_rows is not None and max_rows < 1:
-        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
+    if max_rows is not None:
+        check_at_least_one("max_rows", max_rows)
     T = batch.tokens.shape[1]
     pos = check_positions(positions, T)
     dev = model_device(model)

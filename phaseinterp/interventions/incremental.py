@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.interventions.checks import check_at_least_one, check_layers
 from phaseinterp.interventions.runner import final_logits, has_hooks, model_device
 from phaseinterp.model import joint_attention as joint
 
@@ -152,11 +153,8 @@ class FinalPositionRun:
         n_layers = len(self.model.blocks)
         if len(layers) != values.shape[0]:
             raise ValueError(f"{len(layers)} layers for {values.shape[0]} units of values")
-        for layer in layers:
-            if not 0 <= layer < n_layers:
-                raise ValueError(f"layer={layer} is invalid: allowed 0..{n_layers - 1}")
-        if max_rows < 1:
-            raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
+        check_layers(layers, n_layers)
+        check_at_least_one("max_rows", max_rows)
         values = values.to(self.logits.device)
         out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
         per = max(1, max_rows // len(self.query_pos))

@@ -16,9 +16,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate, check_calibration,
                                                    check_positions, site_positions)
+from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
                                               model_device, run_units, runnable, unchanged_units, warn_unchanged)
@@ -26,6 +26,7 @@ from phaseinterp.interventions.stats import CHANGES, by_residue, paired_bootstra
 from phaseinterp.interventions.units import HeadUnit, check_level, head_units, level_size
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
+from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.tasks import PhaseBatch
 
 METHODS = ("auto", "incremental", "hooks")
@@ -126,8 +127,7 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[HeadUnit], calibra
         raise ValueError(f"replacement={replacement!r} is invalid: allowed one of {list(REPLACEMENTS)}")
     if method not in METHODS:
         raise ValueError(f"method={method!r} is invalid: allowed one of {list(METHODS)}")
-    if max_rows < 1:
-        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
+    check_at_least_one("max_rows", max_rows)
     if not units:
         raise ValueError("no units to knock out")
     check_units(model, units)
@@ -220,8 +220,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     model = runnable(model)
     check_level(level)
     units = head_units(model.cfg, level, layers)
-    if n_boot < 1:
-        raise ValueError(f"n_boot={n_boot} out of range: must be >= 1")
+    check_at_least_one("n_boot", n_boot)
     if change not in CHANGES:
         raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
     _warn_overlap(batch, calibration)

@@ -21,8 +21,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.calibration import check_positions, site_positions
+from phaseinterp.interventions.checks import check_at_least_one, check_layers, check_position
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.knockout import knockout_edit, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
@@ -32,6 +32,7 @@ from phaseinterp.interventions.runner import (capture, compressor_names, describ
 from phaseinterp.interventions.stats import by_residue
 from phaseinterp.interventions.units import check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
+from phaseinterp.measure.specialization import SpecializationMap
 
 UNITS = ("z", "resid", "entries", "gates")
 BRANCHES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
@@ -77,9 +78,7 @@ def _row_sites(pair: Pairing, site: Any, T: int) -> tuple[Tensor, Tensor]:
             raise ValueError(f"site={site!r} is invalid: allowed {list(NAMED_SITES)} or an int position")
         attr = {"key": "key_pos", "value": "value_pos", "final": "query_pos"}[site]
         return getattr(pair.corrupt, attr), getattr(pair.clean, attr)
-    p = int(site)
-    if not 0 <= p < T:
-        raise ValueError(f"position {p} is invalid: allowed 0..{T - 1}")
+    p = check_position(int(site), T)
     col = torch.full((len(pair),), p)
     return col, pair.align[:, p]
 
@@ -129,6 +128,21 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         (('layer', 'kv_head', 'residue'), (2, 1, 4))
     """
     model = runnable(model)
+    layer_ids, positions, fast = _check_patching(model, pair, unit, level, positions, layers, method, rel_min, max_rows)
+    clean_logits = final_logits(model, pair.clean.tokens, pair.clean.query_pos)
+    layout, labels, present, patched, corrupt_logits = _patched_logits(model, pair, unit, level, positions, layer_ids,
+                                                                       fast, max_rows)
+    warn_unchanged([labels[i] for i in unchanged_units(patched, corrupt_logits)], f"patching {unit}")
+    return _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
+                         {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
+                          "positions": positions, "method": "incremental" if fast else "hooks",
+                          "engine": "nnsight" if is_backend(model) else "transformer_lens",
+                          "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min})
+
+
+def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any, layers: Sequence[int] | None,
+                    method: str, rel_min: float | int, max_rows: int) -> tuple[list[int], Any, bool]:
+    """(layers, positions, use the incremental path) after every argument check, before any forward."""
     if unit not in UNITS:
         raise ValueError(f"unit={unit!r} is invalid: allowed one of {list(UNITS)}")
     if unit == "resid" and is_backend(model):
@@ -138,32 +152,32 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         raise ValueError(f"method={method!r} is invalid: allowed 'auto', 'incremental' or 'hooks'")
     if not 0 <= rel_min < 1:
         raise ValueError(f"rel_min={rel_min} out of range [0, 1)")
-    if max_rows < 1:
-        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
-    cfg, dev = model.cfg, model_device(model)
+    check_at_least_one("max_rows", max_rows)
     T = pair.clean.tokens.shape[1]
-    layer_ids = list(range(cfg.n_layers)) if layers is None else [int(x) for x in layers]
-    for layer in layer_ids:
-        if not 0 <= layer < cfg.n_layers:
-            raise ValueError(f"layer={layer} is invalid: allowed 0..{cfg.n_layers - 1}")
+    layer_ids = check_layers(layers, model.cfg.n_layers)
     if unit == "resid":
         if positions == "final":
             positions = NAMED_SITES
         positions = [positions] if isinstance(positions, (str, int)) else list(positions)
         for site in positions:
-            _row_sites(pair, site, T)  # validates every site up front
+            _row_sites(pair, site, T)
     fast_ok = incremental_ok(model) and ((unit == "z" and positions == "final")
                                          or (unit == "resid" and list(positions) == ["final"]))
     if method == "incremental" and not fast_ok:
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
                          f"the 'final' site only, on our HookedCompressedTransformer without hooks; got unit={unit!r}, "
                          f"positions={positions!r} on {describe(model)} (allowed: method='hooks')")
-    fast = fast_ok and method != "hooks"
     if unit == "z":
         check_level(level)
         check_positions(positions, T)
-    corrupt, clean = pair.corrupt, pair.clean
-    clean_logits = final_logits(model, clean.tokens, clean.query_pos)
+    return layer_ids, positions, fast_ok and method != "hooks"
+
+
+def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any, layer_ids: list[int], fast: bool,
+                    max_rows: int) -> tuple:
+    """(layout, unit labels, present cells or None, patched final logits [unit, batch, vocab],
+    corrupt final logits): one patched run per unit, incremental at the final position when `fast`."""
+    cfg, corrupt, clean = model.cfg, pair.corrupt, pair.clean
     present = None
     if unit == "z":
         units = head_units(cfg, level, layer_ids)
@@ -174,25 +188,28 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         layout = (("layer", "position"), {"layer": layer_ids, "position": list(positions)})
     if fast:  # z or resid at the final position: recompute only that position of the corrupt run
         run = FinalPositionRun(model, corrupt.tokens, corrupt.query_pos)
-        corrupt_logits = run.logits
         src = capture_final(model, clean, unit, layer_ids)
         if unit == "z":
-            masks = torch.stack([u.mask(cfg.n_heads, dev) for u in units])
+            masks = torch.stack([u.mask(cfg.n_heads, model_device(model)) for u in units])
             patched = run.run_z([u.layer for u in units], masks, torch.stack([src[u.layer] for u in units]),
                                 max_rows=max_rows)
         else:
             patched = run.run_resid(layer_ids, torch.stack([src[l] for l in layer_ids]), max_rows=max_rows)
+        return layout, labels, present, patched, run.logits
+    if unit == "z":
+        edits = _z_edits(model, pair, units, positions, layer_ids)
+    elif unit == "resid":
+        edits = _resid_edits(model, pair, positions, layer_ids)
     else:
-        corrupt_logits = final_logits(model, corrupt.tokens, corrupt.query_pos)
-        if unit == "z":
-            edits = _z_edits(model, pair, units, positions, layer_ids)
-        elif unit == "resid":
-            edits = _resid_edits(model, pair, positions, layer_ids)
-        else:
-            layout, labels, present, edits = _branch_edits(model, clean, unit, layer_ids)
-        patched = run_units(model, corrupt.tokens, corrupt.query_pos, edits, max_rows=max_rows)
+        layout, labels, present, edits = _branch_edits(model, clean, unit, layer_ids)
+    patched = run_units(model, corrupt.tokens, corrupt.query_pos, edits, max_rows=max_rows)
+    return layout, labels, present, patched, final_logits(model, corrupt.tokens, corrupt.query_pos)
 
-    warn_unchanged([labels[i] for i in unchanged_units(patched, corrupt_logits)], f"patching {unit}")
+
+def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Tensor, patched: Tensor, layout: tuple,
+                  present: list | None, rel_min: float | int, intervention: dict) -> SpecializationMap:
+    """The normalized logit difference restored, per unit and residue, with its provenance."""
+    clean, corrupt = pair.clean, pair.corrupt
     answer = clean.answer
     foil = pair.foil if pair.foil is not None else top_other(corrupt_logits, clean.answers)
     ld_clean = logit_diff(clean_logits, answer, foil).cpu().numpy()
@@ -213,10 +230,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         values=values, dims=(*dims, "residue"), coords={**coords, "residue": list(range(R))},
         extras={"clean_minus_corrupt": np.broadcast_to(gap, shape)},
         quantity="normalized logit difference restored", direction=1, clip=1.0,
-        meta={"intervention": {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
-                               "positions": positions, "method": "incremental" if fast else "hooks",
-                               "engine": "nnsight" if is_backend(model) else "transformer_lens",
-                               "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min},
+        meta={"intervention": intervention,
               "logit_diff": {"clean": by_residue(ld_clean, res, R), "corrupt": by_residue(ld_corrupt, res, R)},
               "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt)},
               "model": model_config(model), "task": clean.meta, "versions": versions()})

@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.measure.sweep import is_backend, resolve_model
 
 # A unit edit: {hook name: fn(activation block [B, ...]) -> edited block}, applied to one unit's rows.
@@ -143,8 +144,7 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
         >>> run_units(model, tokens, qpos, [{}, zero_l0]).shape  # [units, batch, vocab]
         torch.Size([2, 8, 512])
     """
-    if max_rows < 1:
-        raise ValueError(f"max_rows={max_rows} out of range: must be >= 1")
+    check_at_least_one("max_rows", max_rows)
     if is_backend(model):
         if base_hooks:
             raise ValueError(f"base_hooks are invalid for a backend ({describe(model)}): allowed none "

@@ -7,6 +7,7 @@ from typing import Union
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
+from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.measure.intervals import percentile_interval
 
 
@@ -57,8 +58,7 @@ def paired_bootstrap_relative(clean: Bool[np.ndarray, " row"], edited: Bool[np.n
     """
     if change not in CHANGES:
         raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
-    if n_boot < 1:
-        raise ValueError(f"n_boot={n_boot} out of range: must be >= 1")
+    check_at_least_one("n_boot", n_boot)
     _, cid = np.unique(cluster, return_inverse=True)
     C = int(cid.max()) + 1
     cells = cid * modulus + residue

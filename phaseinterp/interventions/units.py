@@ -9,6 +9,8 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from phaseinterp.interventions.checks import check_layers
+
 LEVELS = ("kv_head", "head", "layer")
 
 
@@ -55,10 +57,7 @@ def head_units(cfg, level: str = "kv_head", layers: Sequence[int] | None = None)
         [(0, 1, 2, 3), (0, 1, 2, 3)]
     """
     check_level(level)
-    layers = list(range(cfg.n_layers)) if layers is None else [int(x) for x in layers]
-    for layer in layers:
-        if not 0 <= layer < cfg.n_layers:
-            raise ValueError(f"layer={layer} is invalid: allowed 0..{cfg.n_layers - 1}")
+    layers = check_layers(layers, cfg.n_layers)
     g = cfg.n_heads // cfg.n_kv_heads
     units = []
     for layer in layers:

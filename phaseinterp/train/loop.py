@@ -223,6 +223,36 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
     torch.manual_seed(tcfg.seed)
     model = build_model(model_cfg, seed=tcfg.seed).to(device)  # ours, or an HFCausalLM (tokens -> logits)
     model.train()
+    _check_setup(model, model_cfg, tcfg, ctx)
+    # foreach: one fused kernel per update kind instead of one per parameter (~1.4x per step on CPU)
+    opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
+                            weight_decay=tcfg.weight_decay, foreach=True)
+    start, prior_elapsed, prior_cpu = _begin(model, opt, model_cfg, tcfg, run_dir, resume, ctx, device)
+    wrapped = _wrap(model, tcfg, ctx, device)
+    log = _Log(run_dir / "metrics.jsonl", ctx, prior_elapsed, prior_cpu)
+    last_ckpt = None
+    bar = tqdm(total=tcfg.steps, initial=start, disable=not progress, desc=name, dynamic_ncols=True)
+    for step in range(start, stop):
+        lr, grad_norm, sums = _step(wrapped, model, opt, model_cfg, tcfg, step, ctx, device)
+        log.add(sums, tcfg.batch_size * tcfg.mixture.seq_len)
+        done = step + 1
+        bar.update(1)
+        if done % tcfg.log_every == 0 or done in (tcfg.steps, stop):
+            line = log.write(done, lr, grad_norm)
+            bar.set_postfix(loss=f"{line['loss']:.3f}", acc=f"{line['acc']:.2f}")
+        if done % tcfg.checkpoint_every == 0 or done in (tcfg.steps, stop):
+            if ctx.rank == 0:
+                last_ckpt = save_checkpoint(model, opt, done, tcfg, run_dir, ctx.world, log.checkpoint_metrics(done))
+            ctx.barrier()
+    bar.close()
+    ctx.barrier()
+    final = latest_checkpoint(run_dir) if last_ckpt is None else last_ckpt
+    return TrainResult(model=model.eval(), run_dir=run_dir, step=max(start, stop), checkpoint=final, metrics=log.lines,
+                       wall_time_s=log.elapsed(), rank=ctx.rank, world_size=ctx.world)
+
+
+def _check_setup(model, model_cfg, tcfg: TrainConfig, ctx: _Dist) -> None:
+    """Refuse mitigations, compilation and data parallelism where they do not apply."""
     mitigation = tcfg.mitigation
     if isinstance(model, HFCausalLM):
         if mitigation.active:
@@ -239,9 +269,11 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
     if tcfg.compile and (mitigation.active or isinstance(model, HFCausalLM)):
         raise ValueError("compile=True is invalid with training-time mitigations or a HuggingFace model "
                          "(their hooks and wrappers are not compiled): allowed compile=False")
-    # foreach: one fused kernel per update kind instead of one per parameter (~1.4x per step on CPU)
-    opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
-                            weight_decay=tcfg.weight_decay, foreach=True)
+
+
+def _begin(model, opt, model_cfg, tcfg: TrainConfig, run_dir: Path, resume, ctx: _Dist, device) -> tuple[int, float, float]:
+    """(first step, wall and CPU seconds already spent): restore a resumed run, or start a fresh
+    one (run.json, an empty metrics log); a torn log is trimmed back to the resumed step."""
     start, prior_elapsed, prior_cpu = 0, 0.0, 0.0
     if resume == "latest":
         resume = latest_checkpoint(run_dir)
@@ -253,16 +285,19 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
 
         saved = read_metadata(resume)["extra"].get("metrics", {})
         prior_elapsed, prior_cpu = float(saved.get("elapsed_s", 0.0)), float(saved.get("cpu_s", 0.0))
-    log_path = run_dir / "metrics.jsonl"
     if ctx.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume is None:
             info = {"model_config": model_cfg.to_dict(), "train_config": tcfg.to_dict(), "world_size": ctx.world,
                     "device": str(device), "versions": versions()}
             (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
-        _prepare_log(log_path, start if resume is not None else None)
+        _prepare_log(run_dir / "metrics.jsonl", start if resume is not None else None)
     ctx.barrier()
+    return start, prior_elapsed, prior_cpu
 
+
+def _wrap(model, tcfg: TrainConfig, ctx: _Dist, device):
+    """The module the steps call: DDP across processes, compiled when asked."""
     wrapped = model
     if ctx.world > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -270,66 +305,80 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if tcfg.compile:
         wrapped = torch.compile(wrapped)
+    return wrapped
+
+
+def _step(wrapped, model, opt, model_cfg, tcfg: TrainConfig, step: int, ctx: _Dist, device) -> tuple[float, Tensor, Tensor]:
+    """One optimizer step on this process's share of the global batch: (lr, grad norm, sums)."""
     shard = tcfg.batch_size // ctx.world
+    full = make_batch(tcfg.mixture, tcfg.seed, step, tcfg.batch_size)
+    total_weight = float(full.weights.sum())
+    batch = full.rows(ctx.rank * shard, (ctx.rank + 1) * shard).to(device)
+    lr = tcfg.lr_at(step)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    offsets = None
+    if tcfg.mitigation.random_offsets:
+        offsets = draw_offsets(model_cfg.residue_modulus, tcfg.seed, step, tcfg.batch_size)
+    logits, reg = step_logits(wrapped, model, batch, tcfg.mitigation, offsets)
+    wloss, sums = batch_sums(logits, batch)
+    # each process adds 1/world of its penalty: DDP's gradient average then equals the mean penalty's
+    loss = wloss / max(total_weight, 1e-12) + reg / ctx.world
+    (loss * ctx.world).backward()
     params = [p for p in model.parameters()]
-    window = torch.zeros(len(_SUMS), dtype=torch.float64)
-    window_steps, window_tokens, logged = 0, 0, []
-    last_ckpt = None
-    bar = tqdm(total=tcfg.steps, initial=start, disable=not progress, desc=name, dynamic_ncols=True)
-    t0, c0 = time.perf_counter(), time.process_time()
-    t_window = t0
-    for step in range(start, stop):
-        full = make_batch(tcfg.mixture, tcfg.seed, step, tcfg.batch_size)
-        total_weight = float(full.weights.sum())
-        batch = full.rows(ctx.rank * shard, (ctx.rank + 1) * shard).to(device)
-        lr = tcfg.lr_at(step)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        offsets = None
-        if mitigation.random_offsets:
-            offsets = draw_offsets(model_cfg.residue_modulus, tcfg.seed, step, tcfg.batch_size)
-        logits, reg = step_logits(wrapped, model, batch, mitigation, offsets)
-        wloss, sums = batch_sums(logits, batch)
-        # each process adds 1/world of its penalty: DDP's gradient average then equals the mean penalty's
-        loss = wloss / max(total_weight, 1e-12) + reg / ctx.world
-        (loss * ctx.world).backward()
-        if tcfg.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip, foreach=True)
-        else:
-            grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sums[0] = sums[0] / max(total_weight, 1e-12)
-        window += sums.cpu()
-        window_steps += 1
-        window_tokens += tcfg.batch_size * tcfg.mixture.seq_len
-        done = step + 1
-        bar.update(1)
-        if done % tcfg.log_every == 0 or done in (tcfg.steps, stop):
-            total = ctx.all_sum(window.clone())
-            now = time.perf_counter()
-            line = {"step": done, **_summary(total, window_steps), "lr": lr, "grad_norm": float(grad_norm),
-                    "tokens_per_s": window_tokens / max(now - t_window, 1e-9), "elapsed_s": prior_elapsed + now - t0,
-                    "cpu_s": prior_cpu + time.process_time() - c0}
-            logged.append(line)
-            if ctx.rank == 0:
-                with open(log_path, "a") as f:
-                    f.write(json.dumps(line) + "\n")
-                bar.set_postfix(loss=f"{line['loss']:.3f}", acc=f"{line['acc']:.2f}")
-            window.zero_()
-            window_steps, window_tokens, t_window = 0, 0, now
-        if done % tcfg.checkpoint_every == 0 or done in (tcfg.steps, stop):
-            if ctx.rank == 0:
-                metrics = dict(logged[-1]) if logged and logged[-1]["step"] == done else {}
-                metrics["elapsed_s"] = prior_elapsed + time.perf_counter() - t0
-                metrics["cpu_s"] = prior_cpu + time.process_time() - c0
-                last_ckpt = save_checkpoint(model, opt, done, tcfg, run_dir, ctx.world, metrics)
-            ctx.barrier()
-    bar.close()
-    ctx.barrier()
-    final = latest_checkpoint(run_dir) if last_ckpt is None else last_ckpt
-    return TrainResult(model=model.eval(), run_dir=run_dir, step=max(start, stop), checkpoint=final, metrics=logged,
-                       wall_time_s=prior_elapsed + time.perf_counter() - t0, rank=ctx.rank, world_size=ctx.world)
+    if tcfg.grad_clip > 0:
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip, foreach=True)
+    else:
+        grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    sums[0] = sums[0] / max(total_weight, 1e-12)
+    return lr, grad_norm, sums
+
+
+class _Log:
+    """Sums since the last metrics line, the lines written (rank 0 appends them to the log), and
+    the run's clocks (continued across resumes)."""
+
+    def __init__(self, path: Path, ctx: _Dist, prior_elapsed: float, prior_cpu: float):
+        self.path, self.ctx = path, ctx
+        self.prior_elapsed, self.prior_cpu = prior_elapsed, prior_cpu
+        self.window = torch.zeros(len(_SUMS), dtype=torch.float64)
+        self.steps, self.tokens, self.lines = 0, 0, []
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        self.t_window = self.t0
+
+    def add(self, sums: Tensor, tokens: int) -> None:
+        self.window += sums.cpu()
+        self.steps += 1
+        self.tokens += tokens
+
+    def elapsed(self) -> float:
+        return self.prior_elapsed + time.perf_counter() - self.t0
+
+    def cpu(self) -> float:
+        return self.prior_cpu + time.process_time() - self.c0
+
+    def write(self, step: int, lr: float, grad_norm: Tensor) -> dict:
+        total = self.ctx.all_sum(self.window.clone())
+        now = time.perf_counter()
+        line = {"step": step, **_summary(total, self.steps), "lr": lr, "grad_norm": float(grad_norm),
+                "tokens_per_s": self.tokens / max(now - self.t_window, 1e-9), "elapsed_s": self.prior_elapsed + now - self.t0,
+                "cpu_s": self.cpu()}
+        self.lines.append(line)
+        if self.ctx.rank == 0:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(line) + "\n")
+        self.window.zero_()
+        self.steps, self.tokens, self.t_window = 0, 0, now
+        return line
+
+    def checkpoint_metrics(self, step: int) -> dict:
+        """The metrics a checkpoint at `step` records: its step's line, and the clocks."""
+        metrics = dict(self.lines[-1]) if self.lines and self.lines[-1]["step"] == step else {}
+        metrics["elapsed_s"] = self.elapsed()
+        metrics["cpu_s"] = self.cpu()
+        return metrics
 
 
 __all__ = ["TrainResult", "batch_sums", "resolve_device", "step_logits", "train"]

@@ -1,0 +1,32 @@
+"""Argument checks shared by the interventions, written once: each raises ValueError naming the
+bad value and the allowed range (docs/errors.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def check_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
+    """`layers` as a list of ints in [0, n_layers) (None: all layers)."""
+    out = list(range(n_layers)) if layers is None else [int(x) for x in layers]
+    for layer in out:
+        if not 0 <= layer < n_layers:
+            raise ValueError(f"layer={layer} is invalid: allowed 0..{n_layers - 1}")
+    return out
+
+
+def check_at_least_one(name: str, value: Any) -> int:
+    """Row budgets and replicate counts (`max_rows`, `n_boot`): integers >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} out of range: must be an integer >= 1")
+    return value
+
+
+def check_position(p: int, seq_len: int) -> int:
+    """An absolute position in [0, seq_len)."""
+    if not 0 <= p < seq_len:
+        raise ValueError(f"position {p} is invalid: allowed 0..{seq_len - 1}")
+    return p
+
+
+__all__ = ["check_at_least_one", "check_layers", "check_position"]
