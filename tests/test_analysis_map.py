@@ -31,22 +31,22 @@ def test_validation_names_the_problem():
 
 
 def test_selection_rows_and_top(smap):
-    assert smap.row_labels() == ["0.0", "0.1", "1.0", "1.1"]
+    assert smap.row_labels() == ["L0.KV0", "L0.KV1", "L1.KV0", "L1.KV1"]
     assert smap.sel(layer=0, kv_head=1).tolist()[:3] == [0.0, -60.0, -140.0]
     with pytest.raises(ValueError, match=r"kv_head=7 is invalid: allowed \[0, 1\]"):
         smap.sel(kv_head=7)
     top = smap.top(3)  # knockout: most negative first, NaN never chosen
-    assert list(zip(top.unit, top.residue, top.value)) == [("0.1", 2, -140.0), ("0.0", 0, -100.0), ("0.1", 1, -60.0)]
+    assert list(zip(top.unit, top.residue, top.value)) == [("L0.KV1", 2, -140.0), ("L0.KV0", 0, -100.0), ("L0.KV1", 1, -60.0)]
     assert smap.top(1, by="pos").value.tolist() == [40.0]
     assert smap.top(1, by="abs").value.tolist() == [-140.0]
 
 
 def test_coverage_and_uncovered(smap):
-    assert smap.coverage(50) == {"0.0": [0], "0.1": [1, 2], "1.0": [], "1.1": []}
+    assert smap.coverage(50) == {"L0.KV0": [0], "L0.KV1": [1, 2], "L1.KV0": [], "L1.KV1": []}
     assert smap.uncovered(50) == [3]
-    assert smap.coverage(15) == {"0.0": [0], "0.1": [1, 2], "1.0": [0, 1, 2, 3], "1.1": []}
-    assert smap.coverage(50, dim="kv_head")["0.0"] == [0]  # per (layer, residue): which heads
-    assert smap.coverage(15, significant=True)["1.0"] == [0, 1, 2, 3]
+    assert smap.coverage(15) == {"L0.KV0": [0], "L0.KV1": [1, 2], "L1.KV0": [0, 1, 2, 3], "L1.KV1": []}
+    assert smap.coverage(50, dim="kv_head")["L0.residue=0"] == [0]  # per (layer, residue): which heads
+    assert smap.coverage(15, significant=True)["L1.KV0"] == [0, 1, 2, 3]
 
 
 def test_table_and_round_trip(smap, tmp_path):
@@ -73,13 +73,34 @@ def test_heatmap_is_diverging_centered_and_clipped(smap):
     assert isinstance(fig, go.Figure)
     hm = fig.data[0]
     assert (hm.zmid, hm.zmin, hm.zmax) == (0, -100.0, 100.0)
-    assert list(hm.x) == ["0", "1", "2", "3"] and list(hm.y) == ["0.0", "0.1", "1.0", "1.1"]
+    assert list(hm.x) == ["0", "1", "2", "3"] and list(hm.y) == ["L0.KV0", "L0.KV1", "L1.KV0", "L1.KV1"]
     z = np.array(hm.z, dtype=float)
-    assert z[1, 2] == -100.0 and np.array(hm.customdata, dtype=float)[1, 2] == -140.0  # clipped, true value on hover
+    assert z[1, 2] == -100.0 and float(np.array(hm.customdata)[1, 2, 0]) == -140.0  # clipped, true value on hover
     assert fig.layout.xaxis.title.text == "residue" and fig.layout.yaxis.title.text == "layer.kv_head"
     norm = SpecializationMap(np.array([[0.5, 2.0]]), ("head", "residue"), {"head": [0], "residue": [0, 1]}, clip=1.0,
                              direction=1)
     assert map_figure(norm).data[0].zmax == 1.0
+
+
+def test_figure_marks_cells_whose_interval_includes_zero_and_masked_cells(smap):
+    lo, hi = smap.lo.copy(), smap.hi.copy()
+    lo[0, 0, 1], hi[0, 0, 1] = -15.0, 2.0  # -10 with an interval across 0: not significant
+    masked = np.zeros(smap.shape, dtype=bool)
+    masked[1, :, 3] = True
+    values = np.where(masked, np.nan, smap.values)
+    m = SpecializationMap(values, smap.dims, smap.coords, lo, hi, extras={"masked": masked}, quantity="relative (%)",
+                          meta={"masked": {"reason": "clean accuracy below the floor"}})
+    assert m.significant[0, 0, 1] == False and m.significant[0, 0, 0] == True  # noqa: E712
+    fig = map_figure(m)
+    gray, hm = fig.data
+    text = np.array(hm.text)
+    assert text[0, 1] == "(-10)" and text[0, 0] == "-100"  # parentheses: interval includes 0
+    assert np.array(gray.text)[2, 3] == "masked" and np.array(gray.text)[0, 3] == ""
+    assert np.array(hm.customdata)[2, 3, 1] == "masked" and np.array(hm.customdata)[0, 1, 1].startswith("not significant")
+    assert "gray: masked, clean accuracy below the floor" in fig.layout.title.text
+    table = m.to_pandas()
+    assert {"significant", "masked"} <= set(table.columns) and int(table.masked.sum()) == 2
+    assert not table.loc[(table.layer == 0) & (table.kv_head == 0) & (table.residue == 1), "significant"].item()
 
 
 def test_jupyter_display_and_repr(smap):
@@ -91,4 +112,4 @@ def test_jupyter_display_and_repr(smap):
 def test_stack_maps(smap):
     st = stack_maps([smap, smap], "step", [100, 200])
     assert st.dims == ("step", "layer", "kv_head", "residue") and st.shape == (2, 2, 2, 4)
-    assert st.row_labels()[0] == "100.0.0"
+    assert st.row_labels()[0] == "step=100.L0.KV0"

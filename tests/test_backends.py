@@ -286,7 +286,7 @@ def test_bad_input_to_the_one_api_names_the_value_and_the_range(model):
         knockout_map(b, batch, calib, layers=[3])
     with pytest.raises(ValueError, match=rf"position 999 is invalid: allowed 0\.\.{T - 1}"):
         knockout_map(b, batch, calib, positions=[999])
-    with pytest.raises(ValueError, match=r"unit 0\.0: heads=\[4\] are invalid: allowed 1 or more of 0\.\.3"):
+    with pytest.raises(ValueError, match=r"unit L0\.H0: heads=\[4\] are invalid: allowed 1 or more of 0\.\.3"):
         knockout_logits(b, batch, [HeadUnit(0, 0, (4,), "head")], calib)
     with pytest.raises(ValueError, match=r"unit='resid' is invalid on HookedBackend\(HookedCompressedTransformer\)"):
         activation_patching(b, pair, unit="resid")

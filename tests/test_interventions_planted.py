@@ -35,19 +35,34 @@ def test_planted_model_is_right_exactly_at_the_owned_phases(setup):
 @pytest.mark.parametrize("replacement", ["mean", "zero", "resample"])
 def test_knockout_map_recovers_head_and_phases(setup, replacement):
     model, batch, calib = setup
-    m = knockout_map(model, batch, calib, replacement=replacement, n_boot=100)
-    expected = np.array([[[-100.0, NAN, 0.0, NAN], [0.0, NAN, -100.0, NAN]]])
+    m = knockout_map(model, batch, calib, replacement=replacement, n_boot=100)  # absolute change, pp
+    expected = np.array([[[-100.0, 0.0, 0.0, 0.0], [0.0, 0.0, -100.0, 0.0]]])  # weak phases keep a value: 0
     if replacement == "resample":  # a resampled row may itself carry a retrieved value equal to the answer
-        np.testing.assert_array_equal(np.isnan(m.values), np.isnan(expected))
-        assert np.nanmax(np.abs(m.values - expected)) <= 25
+        assert np.max(np.abs(m.values - expected)) <= 25
     else:
         np.testing.assert_array_equal(m.values, expected)
+        assert m.significant.tolist() == [[[True, False, False, False], [False, False, True, False]]]
+    assert not m.masked.any() and m.meta["masked"] is None
     assert m.dims == ("layer", "kv_head", "residue")
-    assert m.coverage(threshold=50) == {"0.0": [0], "0.1": [2]}
+    assert m.coverage(threshold=50) == {"L0.KV0": [0], "L0.KV1": [2]}
     assert m.uncovered(50) == [1, 3]  # the weak phases: no head stores them
     assert m.hi[0, 0, 0] < -50 and m.lo[0, 0, 2] <= 0 <= m.hi[0, 0, 2]
     assert m.meta["intervention"]["method"] == "incremental"
     assert m.clean["accuracy"] == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_relative_change_is_masked_where_clean_accuracy_is_not_reliably_above_chance(setup):
+    model, batch, calib = setup
+    m = knockout_map(model, batch, calib, change="relative", n_boot=100)
+    np.testing.assert_array_equal(m.values, [[[-100.0, NAN, 0.0, NAN], [0.0, NAN, -100.0, NAN]]])
+    assert m.masked[0, :, [1, 3]].all()
+    assert not m.masked[0, :, [0, 2]].any() and m.meta["masked"]["residues"] == [1, 3]
+    assert "interval lower bound is below 0.25" in m.meta["masked"]["reason"]
+    assert np.isnan(m.lo[0, 0, 1]) and np.isnan(m.hi[0, 1, 3])  # masked cells carry no interval either
+    strict = knockout_map(model, batch, calib, change="relative", floor=1.0, n_boot=100)
+    assert strict.meta["masked"]["residues"] == [1, 3]  # clean accuracy 1.0 at residues 0 and 2: lower bound 1.0
+    with pytest.raises(ValueError, match=r"floor=1.5 out of range \[0, 1\]"):
+        knockout_map(model, batch, calib, change="relative", floor=1.5)
 
 
 def test_knockout_levels_group_query_heads_by_kv_head(setup):
@@ -55,7 +70,7 @@ def test_knockout_levels_group_query_heads_by_kv_head(setup):
     heads = knockout_map(model, batch, calib, level="head", n_boot=50)
     np.testing.assert_array_equal(np.nan_to_num(heads.values), 0.0)  # one of two redundant query heads: no effect
     layer = knockout_map(model, batch, calib, level="layer", n_boot=50)
-    np.testing.assert_array_equal(layer.values, [[[-100.0, NAN, -100.0, NAN]]])
+    np.testing.assert_array_equal(layer.values, [[[-100.0, 0.0, -100.0, 0.0]]])
     curve = knockout(model, batch, calib, layer=0, kv_head=1, n_boot=50)
     assert curve.accuracy.tolist() == [1.0, 0.0, 0.0, 0.0]
 
@@ -76,6 +91,9 @@ def test_mapping_swap_patching_recovers_head_and_phases(setup):
         assert v[h, r] == pytest.approx(1.0, abs=0.1)  # the owner restores its phase fully
         assert abs(v[1 - h, r]) < 0.1  # the other head does nothing there
     assert np.isnan(v[:, [1, 3]]).all()  # weak phases: clean = corrupt, nothing to restore
+    assert m.masked[0, :, [1, 3]].all() and not m.masked[0, :, [0, 2]].any()  # ... and said so
+    assert m.meta["masked"]["residues"] == [1, 3] and "nothing to restore" in m.meta["masked"]["reason"]
+    assert m.row_labels() == ["L0.KV0", "L0.KV1"]
     hooks = activation_patching(model, mapping_swap(batch, seed=0), unit="z", level="kv_head", method="hooks")
     np.testing.assert_allclose(hooks.values, m.values, atol=1e-5)
 

@@ -57,20 +57,35 @@ calib = task.sample(32, modulus=8, seed=0, split="calibration")  # never shares 
 # head: it caches the clean run and recomputes only the query position for all units at once.
 
 # %%
-kmap = knockout_map(w4s4, batch, calib, label="w4s4")
+kmap = knockout_map(w4s4, batch, calib, label="w4s4")  # absolute change, percentage points
 print(kmap)
-print("values (%):\n", np.round(kmap.values, 1))
-print("owned phases (change <= -50%):", kmap.coverage(threshold=50))
-print("residues no unit owns:", kmap.uncovered(threshold=50))
+print("values (pp):\n", np.round(kmap.values, 1))
+print("significant (interval excludes 0):\n", kmap.significant.astype(int))
+print("owned phases (change <= -50 pp, significant):", kmap.coverage(threshold=50, significant=True))
+print("residues no unit owns:", kmap.uncovered(threshold=50, significant=True))
 
 # %% [markdown]
-# Layer 1's KV head owns residues 1, 2, 5, 6 (knocking it out loses ~95% there); nobody owns the
-# weak residues, where there is nothing left to lose. A `+100%` at a weak residue is one lucky row
-# (3% -> 6% accuracy): relative changes of tiny accuracies are noisy, which is what the interval
-# columns are for.
+# Layer 1's KV head owns residues 1, 2, 5, 6 (knocking it out loses ~90 pp there, every interval
+# far from 0); nobody owns the weak residues, where there is nothing left to lose: their changes
+# are a few points at most and their intervals include 0, so they are not significant (the figure
+# prints them in parentheses). Each cell is an absolute change in points with a paired
+# logical-example bootstrap interval (`lo`, `hi`).
 
 # %%
-kmap.to_pandas().query("layer == 1")[["unit", "residue", "value", "lo", "hi", "acc_knockout"]]
+kmap.to_pandas().query("layer == 1")[["unit", "residue", "value", "lo", "hi", "significant", "acc_knockout"]]
+
+# %% [markdown]
+# The paper reports the relative change, `100 (acc_ko - acc_clean) / acc_clean`. Dividing by a
+# clean accuracy near 0 turns one flipped example into +-100%, so `change="relative"` reports it
+# only where the clean accuracy's interval lies above a floor (its lower bound >= 0.25, above the
+# task's chance) and masks the rest, with the reason in `meta["masked"]`.
+
+# %%
+rel = knockout_map(w4s4, batch, calib, change="relative", label="w4s4")
+print(rel.meta["masked"]["reason"], "-> masked residues", rel.meta["masked"]["residues"])
+print("relative values (%):\n", np.round(rel.values, 1))
+assert set(rel.meta["masked"]["residues"]) >= {0, 3, 4, 7}  # the boundary phases, where W4/S4 fails
+map_figure(rel)
 
 # %% [markdown]
 # ## Full attention
@@ -81,17 +96,18 @@ kmap.to_pandas().query("layer == 1")[["unit", "residue", "value", "lo", "hi", "a
 # %%
 fmap = knockout_map(full, batch, calib, label="full")
 print("full attention, owned residues:", fmap.coverage(threshold=50))
-assert kmap.coverage(threshold=50)["1.0"] == [1, 2, 5, 6]
-assert fmap.coverage(threshold=50)["1.0"] == list(range(8))
+assert kmap.coverage(threshold=50, significant=True)["L1.KV0"] == [1, 2, 5, 6]
+assert fmap.coverage(threshold=50, significant=True)["L1.KV0"] == list(range(8))
+assert not kmap.significant[:, :, [0, 3, 4, 7]].any()  # the weak phases: no effect claimed
 
 # %% [markdown]
 # Both maps have the same dims and coordinates, so `stack_maps` puts them on a new `model` axis for
 # one figure. `phaseinterp.plot.map_figure` draws a diverging heatmap clipped at
-# +-100%; the hover shows the unclipped value.
+# +-100; the hover shows the unclipped value and whether the interval excludes 0.
 
 # %%
 both = stack_maps([kmap, fmap], "model", ["w4s4", "full"])
-map_figure(both, title="KV-head knockout: relative accuracy change (%)")
+map_figure(both, title="KV-head knockout: absolute accuracy change (pp)")
 
 # %% [markdown]
 # ## Finer units and other replacements
@@ -103,9 +119,9 @@ map_figure(both, title="KV-head knockout: relative accuracy change (%)")
 
 # %%
 allpos = knockout_map(w4s4, batch, calib, layers=[0], positions="all")
-print("layer 0 knocked out at every position (%):", np.round(allpos.values[0, 0], 0))
+print("layer 0 knocked out at every position (pp):", np.round(allpos.values[0, 0], 0))
 hmap = knockout_map(w4s4, batch, calib, level="head", layers=[1])
-print("layer 1, single query heads (%):\n", np.round(hmap.values[0], 0))
+print("layer 1, single query heads (pp):\n", np.round(hmap.values[0], 0))
 print(knockout(w4s4, batch, calib, layer=1, kv_head=0))
 
 # %% [markdown]
@@ -126,7 +142,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # nan cells where the clean accuracy is 0
     pmap = knockout_map(planted, pbatch, pcalib)
 print(pmap.coverage(threshold=50))
-assert pmap.coverage(threshold=50) == {"0.0": [0, 4], "0.1": [2, 6]}
+assert pmap.coverage(threshold=50) == {"L0.KV0": [0, 4], "L0.KV1": [2, 6]}
 
 # %% [markdown]
 # ## Saving

@@ -112,7 +112,7 @@ for name, (model, stride, task) in models.items():
 
 # %%
 _, ours_kmap, ours_pmap = results["w4s4 (ours, trained)"]
-assert ours_kmap.coverage(50)["1.0"] == [1, 2, 5, 6]  # as in tutorial 03
+assert ours_kmap.coverage(50)["L1.KV0"] == [1, 2, 5, 6]  # as in tutorial 03
 assert np.nanmin(ours_pmap.sel(layer=1, kv_head=0)) > 0.9  # layer 1's head carries the answer (tutorial 04)
 
 # %% [markdown]

@@ -30,10 +30,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--positions", default="final",
                    help="'final' (default), 'all' or comma-separated absolute positions")
     p.add_argument("--method", choices=["auto", "incremental", "hooks"], default="auto")
-    p.add_argument("--change", choices=["relative", "absolute"], default="relative",
-                   help="relative change in %% (default) or absolute change in percentage points (defined at weak residues too)")
+    p.add_argument("--change", choices=["absolute", "relative"], default="absolute",
+                   help="absolute change in percentage points (default; defined at weak residues too) or the paper's "
+                        "relative change in %%, masked where clean accuracy is not reliably above chance (--floor)")
+    p.add_argument("--floor", type=float, default=0.25,
+                   help="with --change relative: the clean accuracy's interval lower bound (a fraction) below which a "
+                        "residue is masked (default 0.25)")
     p.add_argument("--threshold", type=float, default=50.0,
-                   help="a unit owns a residue when its knockout lowers accuracy by >= this %% (pp with --change absolute; default 50)")
+                   help="a unit owns a residue when its knockout lowers accuracy by >= this many pp (%% with --change "
+                        "relative) and the interval excludes 0 (default 50)")
     p.add_argument("--patching", action="store_true",
                    help="also write head-output patching maps (phase swap +1, mapping swap)")
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
@@ -76,7 +81,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     smap = knockout_map(model, batch, calib, level=args.level, replacement=args.replacement,
                         per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
                         n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),
-                        change=getattr(args, "change", "relative"))
+                        change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25))
     smap.meta["source"] = source(args)
     out = {"knockout": smap, "model": model, "batch": batch}
     if args.patching:
@@ -110,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     curve.to_json(out / "clean_curve.json")
     save_html(phase_figure(curve), out / "clean_curve.html")
     summary = {"source": source(args), "clean": curve.summary(), "threshold": args.threshold,
-               "coverage": smap.coverage(args.threshold), "uncovered_residues": smap.uncovered(args.threshold),
+               "coverage": smap.coverage(args.threshold, significant=True),
+               "uncovered_residues": smap.uncovered(args.threshold, significant=True), "masked": smap.meta.get("masked"),
                "units": unit_summary(smap), "top": smap.top(10).to_dict(orient="records"),
                "method": smap.meta["intervention"]["method"]}
     for key in ("patch_mapping", "patch_phase"):
@@ -122,18 +128,24 @@ def run(args: argparse.Namespace) -> int:
     write_json(out / "summary.json", summary)
     print(repr(curve))
     print(repr(smap))
-    print(f"{'unit':>8} " + " ".join(f"{r:>6}" for r in smap.coords["residue"]))
-    for label, row in zip(smap.row_labels(), smap.as_2d()):
-        print(f"{label:>8} " + " ".join("   nan" if row[i] != row[i] else f"{row[i]:6.0f}" for i in range(len(row))))
+    print(f"{'unit':>8} " + " ".join(f"{r:>7}" for r in smap.coords["residue"]))
+    sig, masked = smap.as_2d(smap.significant), smap.as_2d(smap.masked)
+    for label, row, s, m in zip(smap.row_labels(), smap.as_2d(), sig, masked):
+        cells = ["masked" if m[i] else "nan" if row[i] != row[i] else f"{row[i]:.0f}" if s[i] else f"({row[i]:.0f})"
+                 for i in range(len(row))]
+        print(f"{label:>8} " + " ".join(f"{c:>7}" for c in cells))
+    print("  (value): the interval includes 0, not significant")
+    if smap.meta.get("masked"):
+        print(f"  masked: {smap.meta['masked']['reason']} (residues {smap.meta['masked']['residues']})")
     unit = "%" if smap.quantity.startswith("relative") else " pp"
     for u in summary["units"]:
         if u["mean"] is not None:
             print(f"  unit {u['unit']}: mean {u['mean']:.1f}{unit}, min {u['min']:.1f}{unit} (residue {u['worst_residue']}), "
-                  f"range over residues {u['range']:.1f} pp")
-    if curve.n_correct.sum() == 0 and unit == "%":
-        print("note: the clean model is wrong at every residue, so relative changes are undefined (nan); "
+                  f"range over residues {u['range']:.1f}{unit}")
+    if curve.n_correct.sum() == 0:
+        print("note: the clean model is wrong at every residue: a knockout cannot lower its accuracy; "
               "knockouts need a model that retrieves")
-    print(f"coverage (knockout <= -{args.threshold:g}{unit}): {json.dumps(summary['coverage'])}")
+    print(f"coverage (knockout <= -{args.threshold:g}{unit}, interval excluding 0): {json.dumps(summary['coverage'])}")
     print(f"residues no unit covers: {summary['uncovered_residues']}")
     print(f"wrote {out}/knockout_map.json, .csv, .html, clean_curve.json, summary.json")
     return 0

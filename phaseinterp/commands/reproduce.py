@@ -91,7 +91,7 @@ def knockout_maps(ckpts: list[Path], n: int, n_boot: int):
             warnings.simplefilter("ignore")
             res = compute(args)
         smap = res["knockout"]
-        figures.append(map_figure(smap, title=f"{path.stem}: KV-head knockout (relative accuracy change, %)"))
+        figures.append(map_figure(smap, title=f"{path.stem}: KV-head knockout ({smap.quantity})"))
         tables.append(pd.DataFrame(unit_summary(smap)).assign(checkpoint=path.stem))
     text = ("Mean-ablation of the query heads that read one KV head, at the final position only, calibration "
             "means from a disjoint split. Compressed models: single KV heads own a few phases; full attention: "

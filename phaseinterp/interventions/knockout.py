@@ -32,6 +32,11 @@ from phaseinterp.tasks import PhaseBatch
 METHODS = ("auto", "incremental", "hooks")
 
 
+#: Default floor of `knockout_map(change="relative")`: the lower bound of the clean accuracy's interval
+#: below which a residue's relative change is masked (record lookup's chance is 0.1-0.25).
+RELIABLE_FLOOR = 0.25
+
+
 def unit_axis(level: str) -> str:
     """Name of the unit axis of a map at `level`: "kv_head", "head", or "heads" (one label, "all")
     for whole layers, so that it never collides with the "layer" axis."""
@@ -171,10 +176,14 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
                  level: str = "kv_head", replacement: str = "mean", per_residue: bool = False,
                  positions: Positions = "final", layers: Sequence[int] | None = None, method: str = "auto",
                  n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, max_rows: int = 2048,
-                 label: str = "", change: str = "relative") -> SpecializationMap:
-    """Accuracy change per (layer, unit, residue) when a unit is knocked out: relative,
-    `100 * (acc_ko - acc_clean) / acc_clean` (default), or absolute, `100 * (acc_ko - acc_clean)`
-    in points (`change="absolute"`; defined where clean accuracy is 0, so weak phases keep a value).
+                 label: str = "", change: str = "absolute", floor: float = RELIABLE_FLOOR) -> SpecializationMap:
+    """Accuracy change per (layer, unit, residue) when a unit is knocked out: absolute,
+    `100 * (acc_ko - acc_clean)` in percentage points (default; defined at every residue, the weak
+    phases included), or the paper's relative change `100 * (acc_ko - acc_clean) / acc_clean`
+    (`change="relative"`), reported only at residues whose clean accuracy is reliably above
+    chance: the lower bound of its bootstrap interval >= `floor`. Elsewhere a relative cell is
+    masked (nan, `extras["masked"]` True, the reason in `meta["masked"]`): dividing by a clean
+    accuracy near 0 turns one flipped example into +-100%.
 
     Each unit (the query heads reading one KV head, one query head, or a whole layer; see
     `level`) has its head outputs replaced at the knockout sites, by default the final
@@ -200,12 +209,15 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
             drives resampling.
         max_rows: rows per batched computation.
         label: name stored in the metadata.
-        change: "relative" (%) or "absolute" (percentage points).
+        change: "absolute" (percentage points, default) or "relative" (%).
+        floor: with change="relative", the smallest lower bound of the clean accuracy's interval
+            (a fraction) at which a residue's relative change is reported (default 0.25, above the
+            record-lookup task's chance of 0.1-0.25).
 
     Returns:
         SpecializationMap with dims (layer, level, residue) (level "layer": axis "heads" =
-        ["all"]), values in % (relative: nan where clean accuracy is 0) or pp, `lo`/`hi` bootstrap bounds,
-        extras `acc_knockout` and the clean curve.
+        ["all"]), values in pp (or %, masked below `floor`), `lo`/`hi` bootstrap bounds
+        (`significant`: the interval excludes 0), extras `acc_knockout`, `masked` and the clean curve.
 
     Warns:
         UserWarning naming the units whose knockout changed no logit.
@@ -214,8 +226,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         >>> m = knockout_map(model, batch, calib, n_boot=100)  # calib: task.sample(..., split="calibration")
         >>> m.dims, m.shape
         (('layer', 'kv_head', 'residue'), (2, 1, 4))
-        >>> sorted(m.coverage(threshold=50))  # {"layer.kv_head": [residues it owns]}
-        ['0.0', '1.0']
+        >>> sorted(m.coverage(threshold=50))  # {"L1.KV0": [residues it owns], ...}
+        ['L0.KV0', 'L1.KV0']
     """
     model = runnable(model)
     check_level(level)
@@ -223,6 +235,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     check_at_least_one("n_boot", n_boot)
     if change not in CHANGES:
         raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 1:
+        raise ValueError(f"floor={floor!r} out of range [0, 1]: the clean accuracy's interval lower bound, a fraction")
     _warn_overlap(batch, calibration)
     clean_logits, ko_logits, used = knockout_logits(
         model, batch, units, calibration, replacement=replacement, per_residue=per_residue, positions=positions,
@@ -249,14 +263,25 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     curve = PhaseCurve.from_correct(clean, batch, stride=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
                                     confidence=confidence, seed=seed, label=f"{label} clean".strip())
     axis = unit_axis(level)
+    masked = np.zeros(shape, dtype=bool)
+    mask_note = None
+    if change == "relative":
+        unreliable = ~(curve.boot_lo >= floor)  # nan (no rows) is unreliable too
+        masked[..., unreliable] = True
+        rel, lo, hi = (np.where(masked.reshape(rel.shape), np.nan, a) for a in (rel, lo, hi))
+        mask_note = {"reason": f"relative change not reported where the clean accuracy's {confidence:.0%} interval "
+                               f"lower bound is below {floor:g} (dividing by a near-zero accuracy)",
+                     "floor": floor, "residues": [int(r) for r in np.flatnonzero(unreliable)]}
     return SpecializationMap(
         values=rel.reshape(shape), dims=("layer", axis, "residue"),
         coords={"layer": layer_ids, axis: unit_coords(model.cfg, level), "residue": list(range(R))},
         lo=lo.reshape(shape), hi=hi.reshape(shape),
-        extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape)},
+        extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape),
+                "masked": masked},
         clean=curve.to_dict(), direction=-1, clip=100.0,
         quantity="relative accuracy change (%)" if change == "relative" else "absolute accuracy change (pp)",
-        meta={"label": label, "intervention": {"kind": "knockout", "level": level, "replacement": replacement, "change": change,
+        meta={"label": label, "masked": mask_note,
+              "intervention": {"kind": "knockout", "level": level, "replacement": replacement, "change": change,
                                                "per_residue": per_residue, "positions": positions, "method": used,
                                                "engine": "nnsight" if is_backend(model) else "transformer_lens"},
               "model": model_config(model), "task": batch.meta,

@@ -225,12 +225,17 @@ def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Te
             values[idx] = norm[i]
     else:
         values = norm.reshape(shape)
+    small = np.isnan(norm).all(axis=0) if norm.size else np.zeros(R, dtype=bool)  # residues below rel_min
+    masked = np.broadcast_to(small, shape).copy()
+    mask_note = None if not small.any() else {
+        "reason": f"the clean-corrupt logit difference gap is below rel_min={rel_min:g} x its scale: nothing to restore",
+        "rel_min": rel_min, "residues": [int(r) for r in np.flatnonzero(small)]}
     acc = lambda lg, b: by_residue((lg.argmax(-1).cpu()[:, None] == b.answers.cpu()).any(1).numpy().astype(float), res, R)  # noqa: E731
     return SpecializationMap(
         values=values, dims=(*dims, "residue"), coords={**coords, "residue": list(range(R))},
-        extras={"clean_minus_corrupt": np.broadcast_to(gap, shape)},
+        extras={"clean_minus_corrupt": np.broadcast_to(gap, shape), "masked": masked},
         quantity="normalized logit difference restored", direction=1, clip=1.0,
-        meta={"intervention": intervention,
+        meta={"intervention": intervention, "masked": mask_note,
               "logit_diff": {"clean": by_residue(ld_clean, res, R), "corrupt": by_residue(ld_corrupt, res, R)},
               "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt)},
               "model": model_config(model), "task": clean.meta, "versions": versions()})

@@ -17,7 +17,8 @@ LEVELS = ("kv_head", "head", "layer")
 @dataclass(frozen=True)
 class HeadUnit:
     """The query heads `heads` of layer `layer`; `index` is the unit's position on its axis
-    (KV head, query head, or 0 for the whole layer) and `label` reads "layer.index"."""
+    (KV head, query head, or 0 for the whole layer) and `label` names it as the maps' rows do:
+    "L1.KV0", "L0.H3" or "L1" (`SpecializationMap.row_labels`)."""
 
     layer: int
     index: int
@@ -26,7 +27,7 @@ class HeadUnit:
 
     @property
     def label(self) -> str:
-        return f"{self.layer}.{self.index}" if self.level != "layer" else f"{self.layer}.all"
+        return {"kv_head": f"L{self.layer}.KV{self.index}", "head": f"L{self.layer}.H{self.index}"}.get(self.level, f"L{self.layer}")
 
     def mask(self, n_heads: int, device=None) -> Bool[Tensor, " head"]:
         m = torch.zeros(n_heads, dtype=torch.bool, device=device)

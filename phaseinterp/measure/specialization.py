@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from jaxtyping import Float, Shaped
+from jaxtyping import Bool, Float, Shaped
 
 from phaseinterp.measure.provenance import dumps, jsonable, versions
 
@@ -44,9 +44,9 @@ class SpecializationMap:
         >>> m = SpecializationMap(np.array([[[-100.0, 0.0], [0.0, -80.0]]]), ("layer", "kv_head", "residue"),
         ...                       {"layer": [0], "kv_head": [0, 1], "residue": [0, 1]}, direction=-1)
         >>> m.coverage(threshold=50)
-        {'0.0': [0], '0.1': [1]}
+        {'L0.KV0': [0], 'L0.KV1': [1]}
         >>> m.top(1)[["unit", "residue", "value"]].values.tolist()
-        [['0.0', 0, -100.0]]
+        [['L0.KV0', 0, -100.0]]
     """
 
     values: np.ndarray
@@ -106,11 +106,13 @@ class SpecializationMap:
         return self.values[idx]
 
     def row_labels(self) -> list[str]:
-        """One label per row of the 2-D view (all axes but the last), e.g. "layer.head" = "1.0"."""
+        """One label per row of the 2-D view (all axes but the last) that says what it is:
+        "L1.KV0" (layer 1, KV head 0), "L0.H3" (query head 3), "L1" (a whole layer), "L1.k.KV0.o2"
+        (branch k, offset 2), "L1.key" (a residual-stream site); other axes read "dim=value"."""
         rows = [[]]
         for d in self.dims[:-1]:
-            rows = [r + [str(c)] for r in rows for c in self.coords[d]]
-        return [".".join(r) for r in rows]
+            rows = [r + [_unit_part(d, c)] for r in rows for c in self.coords[d]]
+        return [".".join(p for p in r if p) for r in rows]
 
     def as_2d(self, values: Shaped[np.ndarray, "..."] | None = None) -> Shaped[np.ndarray, "row col"]:
         """Rows = all axes but the last flattened (in `row_labels` order), columns = the last axis."""
@@ -123,6 +125,22 @@ class SpecializationMap:
         if by == "important":
             by = {-1: "neg", 1: "pos", 0: "abs"}[self.direction]
         return {"abs": np.abs(self.values), "neg": -self.values, "pos": self.values}[by]
+
+    @property
+    def significant(self) -> Bool[np.ndarray, "..."] | None:
+        """Cells whose interval excludes 0 (None without intervals); a cell without an interval
+        (nan bounds) is not significant."""
+        if self.lo is None or self.hi is None:
+            return None
+        with np.errstate(invalid="ignore"):
+            return (self.hi < 0) | (self.lo > 0)
+
+    @property
+    def masked(self) -> Bool[np.ndarray, "..."]:
+        """Cells left out on purpose (nan with a reason in `meta["masked"]`), e.g. relative changes
+        where the clean accuracy is not reliably above chance."""
+        m = self.extras.get("masked")
+        return np.zeros(self.shape, dtype=bool) if m is None else np.asarray(m, dtype=bool)
 
     # ---- summaries ------------------------------------------------------------------------------
     def top(self, k: int = 10, by: str = "important") -> pd.DataFrame:
@@ -137,7 +155,7 @@ class SpecializationMap:
 
     def coverage(self, threshold: float | int = 50.0, *, dim: str | None = None, significant: bool = False
                  ) -> dict[str, list]:
-        """Per row unit (e.g. "layer.kv_head"), the labels of `dim` (default the last axis, the
+        """Per row unit (e.g. "L1.KV0"), the labels of `dim` (default the last axis, the
         residue) where the unit matters: value <= -threshold (direction -1), >= threshold (+1),
         or |value| >= threshold (0). With `significant`, the interval must also exclude 0."""
         dim = self.dims[-1] if dim is None else dim
@@ -154,20 +172,21 @@ class SpecializationMap:
             hit = self.values >= threshold
         else:
             hit = np.abs(self.values) >= threshold
-        if significant and self.lo is not None and self.hi is not None:
-            hit &= (self.hi < 0) | (self.lo > 0)
+        if significant and self.significant is not None:
+            hit &= self.significant
         labels = self.coords[dim]
         return {row: [labels[j] for j in np.flatnonzero(h)] for row, h in zip(self.row_labels(), self.as_2d(hit))}
 
-    def uncovered(self, threshold: float | int = 50.0) -> list:
-        """Labels of the last axis (residues) that no unit covers at `threshold`."""
-        cov = self.coverage(threshold)
+    def uncovered(self, threshold: float | int = 50.0, *, significant: bool = False) -> list:
+        """Labels of the last axis (residues) that no unit covers at `threshold` (see `coverage`)."""
+        cov = self.coverage(threshold, significant=significant)
         hit = {r for rs in cov.values() for r in rs}
         return [r for r in self.coords[self.dims[-1]] if r not in hit]
 
     def to_pandas(self) -> pd.DataFrame:
         """Long table: one row per cell with a column per axis, `unit` (row label), `value`,
-        `lo`/`hi` when present, and one column per extra array of the same shape."""
+        `lo`/`hi` and `significant` (the interval excludes 0) when present, and one column per
+        extra array of the same shape (e.g. `masked`)."""
         grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
         df = pd.DataFrame({d: np.asarray(self.coords[d], dtype=object)[g.reshape(-1)] for d, g in zip(self.dims, grids)})
         rows = np.repeat(self.row_labels(), self.shape[-1])
@@ -175,6 +194,7 @@ class SpecializationMap:
         df["value"] = self.values.reshape(-1)
         if self.lo is not None:
             df["lo"], df["hi"] = self.lo.reshape(-1), self.hi.reshape(-1)
+            df["significant"] = self.significant.reshape(-1)
         for k, v in self.extras.items():
             if v.shape == self.shape:
                 df[k] = v.reshape(-1)
@@ -239,6 +259,17 @@ class SpecializationMap:
         top = self.top(min(8, int(np.isfinite(self.values).sum()) or 1)).to_html(index=False, float_format=lambda x: f"{x:.3g}")
         return (f"<div><p><code>{html.escape(repr(self))}</code></p><p>top cells (heatmap: "
                 f"<code>phaseinterp.plot.map_figure(map)</code>)</p>{top}</div>")
+
+
+_PREFIX = {"layer": "L", "kv_head": "KV", "head": "H", "offset": "o"}
+
+
+def _unit_part(dim: str, label: Any) -> str:
+    if dim == "heads":  # the whole layer: its label is "all"
+        return ""
+    if dim in _PREFIX:
+        return f"{_PREFIX[dim]}{label}"
+    return str(label) if dim in ("branch", "position") else f"{dim}={label}"
 
 
 def stack_maps(maps: Sequence[SpecializationMap], dim: str, labels: Sequence[Any]) -> SpecializationMap:

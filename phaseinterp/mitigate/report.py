@@ -35,7 +35,7 @@ def memory_figure(rows: pd.DataFrame, title: str = "worst-phase accuracy against
 def knockout_comparison(rows: pd.DataFrame, best: str, *, n_per_residue: int, seed: int = 0
                         ) -> dict[str, Any]:
     """KV-head knockout maps of the baseline and `best`, each on its seed with the highest mean
-    accuracy (a run that never learned has no map: relative changes of 0 are undefined)."""
+    accuracy (absolute change in pp with intervals; a run that never learned shows no effect to map)."""
     from phaseinterp.checkpoint import load
     from phaseinterp.interventions import knockout_map
     from phaseinterp.mitigate.experiment import MODULUS
@@ -55,7 +55,7 @@ def knockout_comparison(rows: pd.DataFrame, best: str, *, n_per_residue: int, se
 
 
 def knockout_summary(maps: dict[str, Any]) -> dict[str, Any]:
-    return {name: {"coverage": m.coverage(KNOCKOUT_THRESHOLD), "uncovered_residues": m.uncovered(KNOCKOUT_THRESHOLD),
+    return {name: {"coverage": m.coverage(KNOCKOUT_THRESHOLD, significant=True), "uncovered_residues": m.uncovered(KNOCKOUT_THRESHOLD, significant=True),
                    "label": m.meta.get("label")} for name, m in maps.items()}
 
 
@@ -100,7 +100,7 @@ def write_outputs(out: str | Path, result: dict[str, Any], settings, maps: dict[
         payload["knockout"] = knockout_summary(maps)
         for name, smap in maps.items():
             smap.save(out / "knockout" / f"{name}.json")
-            figures[f"knockout-{name}"] = map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout (%)")
+            figures[f"knockout-{name}"] = map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout ({smap.quantity})")
             written.append(save_html(figures[f"knockout-{name}"], out / "knockout" / f"{name}.html", root=out))
     written[1].write_text(dumps(payload))
     written[2].write_text(markdown_table(summary, rows))

@@ -27,8 +27,13 @@ def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, titl
         title: figure title (default: the quantity and intervention).
         show_values: print rounded values in the cells.
 
+    Cells whose interval includes 0 print their value in parentheses (not significant); masked
+    cells (`smap.masked`, e.g. relative changes at unreliable clean accuracy) are gray and say
+    "masked", the reason in the subtitle; the hover names each cell's state.
+
     Returns:
-        A plotly Figure with one Heatmap trace (`zmid=0`, `zmin=-clip`, `zmax=clip`).
+        A plotly Figure: the map's Heatmap trace (`zmid=0`, `zmin=-clip`, `zmax=clip`), last, under
+        it a gray Heatmap of the masked cells when there are any.
 
     Example:
         >>> from phaseinterp.interventions import knockout_map
@@ -46,17 +51,38 @@ def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, titl
         raise ValueError(f"clip={c} out of range: must be > 0")
     x_dim = smap.dims[-1]
     rows = smap.row_labels()
+    xs = [str(v) for v in smap.coords[x_dim]]
     shown = np.clip(z, -c, c)
-    text = np.where(np.isfinite(z), np.vectorize(lambda v: f"{v:.0f}" if c >= 10 else f"{v:.2f}")(np.nan_to_num(z)), "")
-    hover = "%{y} " + x_dim + "=%{x}<br>value=%{customdata:.4g}<extra></extra>"
-    fig = go.Figure(go.Heatmap(
-        z=shown, x=[str(v) for v in smap.coords[x_dim]], y=rows, customdata=z, zmid=0, zmin=-c, zmax=c,
+    sig = smap.significant
+    sig = np.ones(z.shape, dtype=bool) if sig is None else smap.as_2d(sig)
+    masked = smap.as_2d(smap.masked)
+    fmt = np.vectorize(lambda v: f"{v:.0f}" if c >= 10 else f"{v:.2f}")(np.nan_to_num(z))
+    text = np.where(~np.isfinite(z), "", np.where(sig, fmt, np.char.add(np.char.add("(", fmt), ")")))
+    state = np.where(masked, "masked", np.where(sig, "interval excludes 0", "not significant (interval includes 0)"))
+    custom = np.stack([z, state], axis=-1).astype(object)
+    hover = "%{y} " + x_dim + "=%{x}<br>value=%{customdata[0]:.4g}<br>%{customdata[1]}<extra></extra>"
+    traces = []
+    if masked.any():  # drawn under the map: gray cells that say why they hold no value
+        traces.append(go.Heatmap(z=np.where(masked, 0.0, np.nan), x=xs, y=rows, showscale=False, hoverinfo="skip",
+                                 colorscale=[[0, "#d9d9d9"], [1, "#d9d9d9"]], text=np.where(masked, "masked", ""),
+                                 texttemplate="%{text}", textfont=dict(color="#666666", size=9)))
+    traces.append(go.Heatmap(
+        z=shown, x=xs, y=rows, customdata=custom, zmid=0, zmin=-c, zmax=c,
         colorscale="RdBu", colorbar=dict(title=smap.quantity or "value"), hovertemplate=hover,
         text=text if show_values else None, texttemplate="%{text}" if show_values else None,
         hoverongaps=False))
+    fig = go.Figure(traces)
     if title is None:
         kind = smap.meta.get("intervention", {}).get("kind", "") if isinstance(smap.meta.get("intervention"), dict) else ""
         title = f"{kind}: {smap.quantity}" if kind else smap.quantity
+    notes = []
+    if smap.significant is not None:
+        notes.append("(value): interval includes 0, not significant")
+    if masked.any():
+        reason = (smap.meta.get("masked") or {}).get("reason", "left out on purpose")
+        notes.append(f"gray: masked, {reason}")
+    if notes:
+        title = f"{title}<br><sup>{'; '.join(notes)}</sup>"
     fig.update_layout(title=title, xaxis_title=x_dim, yaxis_title=".".join(smap.dims[:-1]),
                       xaxis=dict(type="category"), yaxis=dict(type="category", autorange="reversed"),
                       template="plotly_white", height=max(300, 28 * len(rows) + 150))

@@ -33,7 +33,7 @@ def mitigation_section(results: Path = RESULTS):
         map_path = results / "knockout" / f"{name}.json"
         if name and map_path.is_file():
             smap = SpecializationMap.load(map_path)
-            figures.append(map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout (%)"))
+            figures.append(map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout ({smap.quantity})"))
     s = data["settings"]
     text = (f"Every variant trained with the W4/S4 recipe at equal budget ({s.get('steps') or 2000} steps, seeds "
             f"{s['seeds']}), evaluated on record lookup mod 8 ({s['n_per_residue']} examples per residue). "
