@@ -263,6 +263,12 @@ class ModelConfig:
     def device(self) -> str:
         return self.device_name
 
+    # What TransformerLens's ActivationCache reads (decompose_resid, apply_ln_to_stack, logit_attrs):
+    # every block has attention and an MLP, and every norm is an RMSNorm with a cached `hook_scale`.
+    attn_only = False
+    normalization_type = "RMS"
+    positional_embedding_type = "rotary"
+
     @property
     def strides(self) -> tuple[int, ...]:
         """Distinct strides of the compressed layers, sorted (empty for full attention)."""

@@ -213,10 +213,11 @@ def test_absolute_knockout_change_is_defined_at_weak_residues_and_matches_the_ac
     model = phaseinterp.load(path).eval()
     task = RecordLookup(vocab_size=256, n_records=10, n_demos=6, seq_len=64)
     batch, calib = task.sample(8, 8, seed=0), task.sample(8, 8, seed=0, split="calibration")
-    rel = knockout_map(model, batch, calib, n_boot=50)
-    ab = knockout_map(model, batch, calib, n_boot=50, change="absolute")
+    rel = knockout_map(model, batch, calib, n_boot=50, change="relative")
+    ab = knockout_map(model, batch, calib, n_boot=50)  # the default
     clean = np.array(ab.clean["accuracy"], dtype=float)
     assert np.isnan(rel.values).any() and np.isfinite(ab.values).all()  # weak residues: clean accuracy 0
+    assert (rel.masked == np.isnan(rel.values)).all() and rel.meta["masked"]["reason"]  # every nan says why
     np.testing.assert_allclose(ab.values, 100 * (ab.extras["acc_knockout"] - clean), atol=1e-9)
     assert ((ab.lo <= ab.values + 1e-9) & (ab.values <= ab.hi + 1e-9)).all()
     assert ab.quantity == "absolute accuracy change (pp)" and ab.values.min() < -50  # layer 1's head owns phases

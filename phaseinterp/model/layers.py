@@ -10,21 +10,32 @@ from transformer_lens.hook_points import HookPoint
 
 
 class RMSNorm(nn.Module):
-    """`x / sqrt(mean(x^2) + eps) * weight`, computed in float32 (as Qwen3 and DeepSeek-V4 do)."""
+    """`x / sqrt(mean(x^2) + eps) * weight`, computed in float32 (as Qwen3 and DeepSeek-V4 do).
+
+    Hooked norms (the blocks' `ln1`, `ln2` and `ln_final`) expose TransformerLens's `hook_scale`
+    [..., 1] = sqrt(mean(x^2) + eps), which `ActivationCache.apply_ln_to_stack` divides by, and
+    `hook_normalized` (the output, weight applied)."""
 
     def __init__(self, dim: int, eps: float, hooked: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
         if hooked:
+            self.hook_scale = HookPoint()
             self.hook_normalized = HookPoint()
 
     def forward(self, x: Float[Tensor, "*lead dim"]) -> Float[Tensor, "*lead dim"]:
         dtype = x.dtype
         xf = x.float()
-        out = (self.weight.float() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))).to(dtype)
+        ms = xf.pow(2).mean(-1, keepdim=True) + self.eps
         hook = getattr(self, "hook_normalized", None)
-        return hook(out) if hook is not None else out
+        if hook is None:
+            return (self.weight.float() * (xf * torch.rsqrt(ms))).to(dtype)
+        scale = ms.sqrt()
+        hooked_scale = self.hook_scale(scale)
+        # without an edit of the scale, rsqrt keeps the output bit-identical to the unhooked norm
+        normed = xf * torch.rsqrt(ms) if hooked_scale is scale else xf / hooked_scale
+        return hook((self.weight.float() * normed).to(dtype))
 
 
 def rope_angles(positions: Int[Tensor, " *pos"], dims: int, theta: float) -> Float[Tensor, " *pos half"]:

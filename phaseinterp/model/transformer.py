@@ -103,6 +103,28 @@ class HookedCompressedTransformer(HookedRootModule):
     def W_unembed(self) -> Float[Tensor, "d_model vocab"]:
         return self.W_E.T if self.cfg.tie_embeddings else self.W_U
 
+    def tokens_to_residual_directions(self, tokens: int | Int[Tensor, ""] | Int[Tensor, " batch"] | Int[Tensor, "batch pos"]
+                                      ) -> Float[Tensor, "*shape d_model"]:
+        """The residual-stream direction whose dot product with the final-norm-scaled residual is
+        each token's logit: `ln_final.weight * W_U[:, token]` (the norm's weight folded in, so that
+        `ActivationCache.logit_attrs` of a decomposed residual sums to the logits), shaped like
+        `tokens` plus d_model (TransformerLens's convention)."""
+        if isinstance(tokens, str):
+            raise ValueError("tokens as a string need a tokenizer: give token ids (int or tensor)")
+        tokens = torch.as_tensor(tokens, device=self.W_unembed.device)
+        if tokens.dtype in (torch.bool,) or tokens.is_floating_point():
+            raise ValueError(f"tokens of dtype {tokens.dtype} are invalid: allowed integer token ids")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
+            raise ValueError(f"token ids out of range: allowed 0..{self.cfg.vocab_size - 1}")
+        directions = self.W_unembed * self.ln_final.weight[:, None]
+        return directions[:, tokens].movedim(0, -1)
+
+    def accumulated_bias(self, layer: int | None = None, mlp_input: bool = False, include_mlp_biases: bool = True
+                         ) -> Float[Tensor, " d_model"]:
+        """The biases added to the residual stream before `layer`: zero (no layer has a bias), as
+        `ActivationCache.get_full_resid_decomposition` asks."""
+        return torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
+
     # ---- forward -------------------------------------------------------------------------------
     def forward(
         self,
