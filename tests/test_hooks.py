@@ -39,6 +39,7 @@ def test_every_hook_is_documented_with_its_shape():
         n = cc.n_entries(T) if cc else 0
         dims = dict(batch=2, pos=T, head=4, kv_head=2, d_head=8, d_model=32, d_mlp=48, entry=n,
                     offset=cc.window if cc else 0, key=(n + cc.local_length()) if cc else T)
+        dims["1"] = 1  # a kept axis of size one (the norms' hook_scale)
         expected = tuple(dims[s.strip()] for s in doc[pattern].split(","))
         assert tuple(act.shape) == expected, name
     assert seen == set(doc), f"documented but absent: {set(doc) - seen}"
