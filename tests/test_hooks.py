@@ -104,3 +104,23 @@ def test_key_positions_map_the_pattern_axis():
     assert key_positions(cc, T, query=2, key=n) == []  # slot position -2 is before the sequence
     with pytest.raises(ValueError, match="key=99 is invalid"):
         key_positions(cc, T, 3, 99)
+
+
+def test_a_hook_that_breaks_the_activation_contract_is_named_with_what_was_expected():
+    model = noisy_model(tiny_cfg([SEPARATE]))
+    tokens = torch.randint(0, 97, (2, 12))
+    bad = {
+        "smaller batch": (lambda x, hook: x[:1], r"returned shape \(1, 12, 32\) and dtype torch.float32: allowed None "
+                                                  r"or a tensor of shape \(2, 12, 32\) and dtype torch.float32"),
+        "wrong dtype": (lambda x, hook: x.double(), r"returned shape \(2, 12, 32\) and dtype torch.float64"),
+        "not a tensor": (lambda x, hook: x.tolist(), r"returned a list: allowed None or a tensor of shape \(2, 12, 32\)"),
+    }
+    for what, (fn, message) in bad.items():
+        with pytest.raises(ValueError, match=r"the hook on 'blocks.0.hook_resid_pre' " + message):
+            model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.hook_resid_pre", fn)])
+    clean = model(tokens)
+    same = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: x.clone())])
+    assert torch.equal(clean, same)  # a hook that keeps shape and dtype is untouched
+    seen = []
+    model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_z", lambda x, hook: seen.append(hook.name))])
+    assert seen == ["blocks.0.attn.hook_z"]  # observers (returning None) see the hook point as before

@@ -24,7 +24,7 @@ from phaseinterp.config import CompressionConfig, ModelConfig
 from phaseinterp.model import joint_attention as joint
 from phaseinterp.model.compressor import Compressor, entry_rope_positions
 from phaseinterp.model.layers import RMSNorm, apply_rope, rope_angles
-from transformer_lens.hook_points import HookPoint
+from phaseinterp.model.hook_point import HookPoint
 
 
 class Attention(nn.Module):

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from phaseinterp.config import CompressionConfig
 from phaseinterp.gates import gate_kind
 from phaseinterp.model.layers import RMSNorm
-from transformer_lens.hook_points import HookPoint
+from phaseinterp.model.hook_point import HookPoint
 
 
 def window_starts(cc: CompressionConfig, n_entries: int, device: torch.device | None = None) -> Int[Tensor, " entry"]:

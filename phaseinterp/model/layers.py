@@ -6,7 +6,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from transformer_lens.hook_points import HookPoint
+from phaseinterp.model.hook_point import HookPoint
 
 
 class RMSNorm(nn.Module):

@@ -16,7 +16,7 @@ from phaseinterp.model.attention import Attention
 from phaseinterp.model.compressor import Compressor
 from phaseinterp.model.layers import RMSNorm
 from transformer_lens import ActivationCache, HookedRootModule
-from transformer_lens.hook_points import HookPoint
+from phaseinterp.model.hook_point import HookPoint
 
 
 class MLP(nn.Module):
