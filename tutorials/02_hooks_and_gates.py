@@ -33,7 +33,7 @@ import torch
 torch.set_num_threads(1)
 
 import phaseinterp
-from phaseinterp.analysis import gate_profiles, gate_statistics
+from phaseinterp.analysis import gate_profiles, gate_statistics, pattern_by_token
 from phaseinterp.model import key_positions
 from phaseinterp.tasks import RecordLookup
 
@@ -66,6 +66,36 @@ try:
     model.run_with_cache(batch.tokens[:1], names_filter=["blocks.1.attn.compress_k.hook_gates"])
 except KeyError as err:
     print("KeyError:", err)
+
+# %% [markdown]
+# ## Attention by source token
+#
+# `hook_pattern`'s key axis holds compressed entries then local slots, so it does not say how much a
+# query read from token `s`. `pattern_by_token` spreads each entry's weight over its window's tokens
+# by the value gates that built it and adds the local slots at their positions: a
+# `[batch, head, query_pos, key_pos]` pattern like full attention's (rows sum to 1).
+
+# %%
+import plotly.graph_objects as go
+
+by_token = pattern_by_token(model, batch.tokens[:4], layer=1)[:, 0]  # head 0, rows at residues 0..3
+print("rows sum to", round(float(by_token.sum(-1).min()), 4), "..", round(float(by_token.sum(-1).max()), 4))
+shares = []
+for row in range(4):
+    k, q = int(batch.key_pos[row]), int(batch.query_pos[row])
+    shares.append(float(by_token[row, q, k:k + 4].sum()))
+    print(f"residue {int(batch.residue[row])}: the query reads {100 * shares[-1]:.0f}% from the needle's record")
+assert min(shares[1], shares[2]) > 0.5 > max(shares[0], shares[3])
+
+# %% [markdown]
+# At residues 1 and 2 the query reads most of its attention from the needle's record; at 0 and 3
+# (the weak phases of W4/S4) it reads almost nothing from it: the phase effect, token by token.
+
+# %%
+row = 1
+go.Figure(go.Heatmap(z=by_token[row].numpy(), colorscale="Blues", zmin=0)).update_layout(
+    title="layer 1, head 0: attention by source token", xaxis_title="key position", yaxis_title="query position",
+    yaxis_autorange="reversed", width=520, height=480)
 
 # %% [markdown]
 # ## Reading the gates
