@@ -124,3 +124,25 @@ def test_a_hook_that_breaks_the_activation_contract_is_named_with_what_was_expec
     seen = []
     model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_z", lambda x, hook: seen.append(hook.name))])
     assert seen == ["blocks.0.attn.hook_z"]  # observers (returning None) see the hook point as before
+
+
+def test_plain_nnsight_reads_the_pattern_and_edits_like_transformer_lens():
+    import beartype  # noqa: F401  (before nnsight)
+    import nnsight
+
+    model = noisy_model(tiny_cfg(["full", SEPARATE, TIED]))
+    tokens = torch.randint(0, 97, (2, 20))
+    _, cache = model.run_with_cache(tokens)
+    nn_model = nnsight.NNsight(model)
+    with nn_model.trace(tokens):
+        pattern = nn_model.blocks[2].attn.hook_pattern.output.save()
+        z = nn_model.blocks[2].attn.hook_z.output.save()
+    torch.testing.assert_close(pattern, cache["blocks.2.attn.hook_pattern"])
+    torch.testing.assert_close(z, cache["blocks.2.attn.hook_z"], atol=1e-5, rtol=1e-5)
+    with nn_model.trace(tokens):
+        nn_model.blocks[1].attn.hook_z.output[:, -1, 0] = 0
+        edited = nn_model.output.save()
+    zero = lambda x, hook: torch.cat([x[:, :-1], torch.cat([torch.zeros_like(x[:, -1:, :1]), x[:, -1:, 1:]], 2)], 1)  # noqa: E731
+    expected = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z", zero)])
+    torch.testing.assert_close(edited, expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(model(tokens), model(tokens)) and not any(b.attn.explicit for b in model.blocks)

@@ -147,6 +147,48 @@ print("after the blocks (%):       ", np.round(100 * after.accuracy).astype(int)
 assert np.array_equal(after.accuracy, results["w4s4 (ours, trained)"][0].accuracy)
 
 # %% [markdown]
+# ## nnsight in its own idiom
+#
+# The backends are a convenience over nnsight, not a wall around it. Plain `nnsight.NNsight(model)`
+# traces our model by module path: read any hook point's `.output` and `.save()` it, assign to it to
+# edit, in the order the forward runs (the pattern before `hook_z`). Inside a trace our attention
+# materializes its pattern (nnsight sets no TransformerLens hooks), so `hook_pattern` is there to read.
+
+# %%
+import nnsight
+
+plain = phaseinterp.load(CHECKPOINTS / "w4s4.safetensors")  # a fresh copy, not behind a backend
+nn_ours = nnsight.NNsight(plain)
+toks = ours_batch.tokens[:4]
+with nn_ours.trace(toks):
+    pattern = nn_ours.blocks[1].attn.hook_pattern.output.save()  # [batch, head, query, entries + local]
+    z = nn_ours.blocks[1].attn.hook_z.output.save()
+    logits = nn_ours.output.save()
+print("pattern", tuple(pattern.shape), "z", tuple(z.shape), "logits", tuple(logits.shape))
+with nn_ours.trace(toks):
+    nn_ours.blocks[1].attn.hook_z.output[:, -1] = 0  # every head of layer 1 (its one KV head) at the end
+    knocked = nn_ours.output.save()
+with ours.intervene(Replace(Unit("kv_head", 1, 0), value=0.0)):  # the same edit through the wrapper
+    wrapped = ours(toks)
+print("plain nnsight edit == backend edit:", torch.allclose(knocked, wrapped, atol=1e-4))
+assert torch.allclose(knocked, wrapped, atol=1e-4) and not torch.allclose(knocked, logits, atol=1e-4)
+
+# %% [markdown]
+# HuggingFace models trace the same way: `nnsight.TransformersModel` (the successor of
+# `LanguageModel`) takes the HF model and its tokenizer and traces text. On DeepSeek-V4 the
+# compressor of a CSA layer is `model.layers[l].self_attn.compressor`; its `gate_proj` gives the gate
+# logits per token, before the softmax over each window.
+
+# %%
+lm = nnsight.TransformersModel(tiny_deepseek_v4(), tokenizer=tokenizer)
+with lm.trace("caf cag cak cal"):
+    gate_logits = lm.model.layers[1].self_attn.compressor.gate_proj.output.save()
+    attn_out = lm.model.layers[1].self_attn.output[0].save()
+    hf_logits = lm.output.logits.save()
+print("gate logits", tuple(gate_logits.shape), "attention output", tuple(attn_out.shape),
+      "logits", tuple(hf_logits.shape))
+
+# %% [markdown]
 # ## Completion flip
 #
 # The paper's behavioural probe: keep a prompt fixed, put `L` filler tokens in front of it, and see

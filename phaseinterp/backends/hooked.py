@@ -60,6 +60,8 @@ class HookedBackend(Backend):
             gate_branches=tuple(() if cc is None else (("kv",) if cc.kv == "tied" else ("k", "v")) for cc in ccs),
         )
         super().__init__(model, cfg)
+        for block in model.blocks:  # the backend reads heads, layers, gates and entries, never patterns
+            block.attn.patterns_in_nnsight_traces = False
 
     def _forward(self, tokens: Tensor) -> Tensor:
         return self.model(tokens)

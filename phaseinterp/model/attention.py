@@ -27,6 +27,14 @@ from phaseinterp.model.layers import RMSNorm, apply_rope, rope_angles
 from phaseinterp.model.hook_point import HookPoint
 
 
+def in_nnsight_trace(module: nn.Module) -> bool:
+    """Is `module` instrumented by nnsight (its `forward` replaced by a controller) and is a trace
+    running? Read from the controller's state, without importing nnsight."""
+    state = getattr(module.__dict__.get("forward"), "state", None)
+    active = getattr(state, "active", None)
+    return callable(active) and active()[0] is not None
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
@@ -41,6 +49,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(d, cfg.norm_eps) if cfg.qk_norm else None
         self.scale = 1.0 / math.sqrt(d)
         self.explicit = False
+        self.patterns_in_nnsight_traces = True  # HookedBackend turns it off: it never reads patterns
         cc = self.cc
         if cc is not None:
             args = (cc, D, K, d, cfg.norm_eps)
@@ -73,7 +82,12 @@ class Attention(nn.Module):
         return apply_rope(x, rope_angles(positions, self.rope_dims, self.rope_theta), self.rope_style)
 
     def needs_explicit(self) -> bool:
-        return self.explicit or self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks()
+        """Materialize scores and patterns: when asked (`explicit`), when a TransformerLens hook
+        reads them, or inside an nnsight trace (which may read them; nnsight sets no hooks)."""
+        if self.explicit or self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks():
+            return True
+        return self.patterns_in_nnsight_traces and (in_nnsight_trace(self.hook_pattern) or
+                                                    in_nnsight_trace(self.hook_attn_scores))
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         seq_len = x.shape[1]
