@@ -1,12 +1,19 @@
 """The `phaseinterp` command. Each verb lives in `phaseinterp/commands/<verb>.py` and exposes
-`register(subparsers)`, which adds its parser and sets `func` (called with the parsed args)."""
+`register(subparsers)`, which adds its parser and sets `func` (called with the parsed args).
+
+One error boundary for every verb: an error becomes one line, `phaseinterp VERB: error: ...`,
+and exit status 2 (`--debug` shows the traceback instead); the output folder is checked before
+any work starts."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+import tempfile
+from pathlib import Path
 
 from phaseinterp import commands
 
@@ -18,13 +25,48 @@ def build_parser() -> argparse.ArgumentParser:
         if info.name.startswith("_"):
             continue
         importlib.import_module(f"phaseinterp.commands.{info.name}").register(sub)
+    for verb in sub.choices.values():
+        verb.add_argument("--debug", action="store_true", help="on error, show the Python traceback")
     return parser
+
+
+def check_out(path: Path | None) -> None:
+    """Refuse an output folder that is a file or cannot be written, before any work runs."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {str(path)!r} is an existing file: allowed a folder (new or existing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {str(path)!r} cannot be written ({err.strerror or err}): allowed a writable folder") from None
+
+
+def describe(err: BaseException) -> str:
+    """One line for an error: its message, with the file for file errors."""
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.strerror or type(err).__name__}: {err.filename}"
+    if isinstance(err, KeyError) and err.args:
+        return str(err.args[0])
+    text = " ".join(str(err).split())
+    return text if text else type(err).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    result = args.func(args)
-    return int(result or 0)
+    try:
+        check_out(getattr(args, "out", None))
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # noqa: BLE001  (the boundary: every error becomes one line)
+        if args.debug or os.environ.get("PHASEINTERP_DEBUG"):
+            raise
+        print(f"phaseinterp {args.command}: error: {describe(err)} (--debug shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

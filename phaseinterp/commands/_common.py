@@ -58,6 +58,21 @@ def card_task(args: argparse.Namespace) -> dict[str, Any]:
     return task
 
 
+def check_device(device: str) -> None:
+    """Refuse a device this machine does not have, naming what it has."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"--device {device!r} is invalid ({err}): allowed 'cpu' or 'cuda[:N]'") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0 or (dev.index or 0) >= n:
+            raise ValueError(f"--device {device!r} is invalid: this machine has {n} CUDA device(s); allowed 'cpu'"
+                             + (f" or cuda:0..cuda:{n - 1}" if n else ""))
+
+
 def load_model(args: argparse.Namespace) -> torch.nn.Module:
     """`phaseinterp.load(CHECKPOINT)` or `HookedCompressedTransformer(preset(NAME), seed=SEED)`, eval mode."""
     if (args.checkpoint is None) == (args.preset is None):
@@ -66,6 +81,7 @@ def load_model(args: argparse.Namespace) -> torch.nn.Module:
 
     from phaseinterp import HookedCompressedTransformer, load, preset
 
+    check_device(args.device)
     torch.set_num_threads(max(1, args.threads))
     model = (HookedCompressedTransformer(preset(args.preset), seed=args.seed) if args.preset
              else load(args.checkpoint))
