@@ -17,8 +17,10 @@ import os
 from phaseinterp.checkpoint_io import FORMAT, HF_FORMAT, read_metadata, read_tensors, save_hf, save_model
 
 
-def load(path: str | os.PathLike, device: str = "cpu"):
-    """Load a model written by `model.save(path)`; raises on missing, truncated or mismatched files.
+def load(path: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool = False):
+    """Load a model written by `model.save(path)`; raises on missing, truncated or mismatched files,
+    on a config or weights changed after saving (digest), and on nan/inf weights unless
+    `allow_nonfinite`.
     A HuggingFace checkpoint (format "phaseinterp-hf-checkpoint-v1") loads as an
     `HFCausalLM` (tokens -> logits; the HF model is its `.hf`, see `load_hf`).
 
@@ -32,17 +34,17 @@ def load(path: str | os.PathLike, device: str = "cpu"):
 
     meta = read_metadata(path)
     if meta["format"] == HF_FORMAT:
-        return _load_hf_checkpoint(path, meta, device)
+        return _load_hf_checkpoint(path, meta, device, allow_nonfinite)
     model = HookedCompressedTransformer(ModelConfig.from_dict(meta["config"]))
-    model.load_state_dict(read_tensors(path, model.state_dict(), device))
+    model.load_state_dict(read_tensors(path, model.state_dict(), device, allow_nonfinite=allow_nonfinite))
     return model.to(device).eval()
 
 
-def _load_hf_checkpoint(path: str | os.PathLike, meta: dict, device: str):
+def _load_hf_checkpoint(path: str | os.PathLike, meta: dict, device: str, allow_nonfinite: bool = False):
     from phaseinterp.train.hf_model import HFModelSpec
 
     model = HFModelSpec.from_dict(meta["config"]).build(seed=0)
-    model.hf.load_state_dict(read_tensors(path, model.hf.state_dict(), "cpu"))
+    model.hf.load_state_dict(read_tensors(path, model.hf.state_dict(), "cpu", allow_nonfinite=allow_nonfinite))
     return model.to(device).eval()
 
 

@@ -3,14 +3,22 @@ read back as metadata and as tensors checked against the state dict a config bui
 
 Builds no model (`phaseinterp.checkpoint.load` does), so that model classes save themselves
 through it without an import cycle. Formats: see `phaseinterp.checkpoint`.
+
+Verified on load: names and shapes against the config, a SHA-256 digest of the config and every
+tensor written at save time (an edited config, or weights swapped under a config, are caught;
+files written before digests existed load without this check), and finite weights (unless the
+caller opts in).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
+
+import torch
 
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
@@ -37,6 +45,16 @@ def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Pat
     return _write_atomically(tensors, metadata, path)
 
 
+def digest(config_json: str, tensors: dict) -> str:
+    """SHA-256 of the config JSON and every tensor (name, dtype, shape, bytes), in name order."""
+    h = hashlib.sha256(config_json.encode())
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
     """Write an `HFCausalLM`: the HF model's state dict (tensors copied, so tied weights save
     fine) and its spec in the metadata; atomic like `save_model`."""
@@ -57,8 +75,12 @@ def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
 
 
 def _write_atomically(tensors: dict, metadata: dict, path: Path) -> Path:
-    """safetensors file written to a temporary name, then renamed: a crash never leaves half a file."""
+    """safetensors file written to a temporary name, then renamed: a crash never leaves half a file.
+    Temporary files that an interrupted earlier save of the same path left behind are removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    metadata = {**metadata, "digest": digest(metadata["config"], tensors)}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -91,8 +113,9 @@ def read_metadata(path: str | os.PathLike) -> dict:
     return meta
 
 
-def read_tensors(path: str | os.PathLike, expected: dict, device: str) -> dict:
-    """The checkpoint's tensors, checked against the state dict its config builds (names, shapes)."""
+def read_tensors(path: str | os.PathLike, expected: dict, device: str, *, allow_nonfinite: bool = False) -> dict:
+    """The checkpoint's tensors, checked against the state dict its config builds (names, shapes),
+    against the digest written at save time, and for non-finite values (unless `allow_nonfinite`)."""
     try:
         tensors = load_file(str(path), device=device)
     except (SafetensorError, OSError, ValueError) as e:
@@ -103,4 +126,14 @@ def read_tensors(path: str | os.PathLike, expected: dict, device: str) -> dict:
     for name, t in tensors.items():
         if t.shape != expected[name].shape:
             raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
+    meta = read_metadata(path)
+    saved = meta.get("digest")
+    if saved is not None and saved != digest(json.dumps(meta["config"]), tensors):
+        raise ValueError(f"{str(path)!r}: its config or weights changed after saving (digest mismatch): re-save it with "
+                         "model.save(path), or restore the original file")
+    if not allow_nonfinite:
+        bad = [n for n, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        if bad:
+            raise ValueError(f"{str(path)!r}: non-finite weights (nan or inf) in {bad[:5]}: allowed only with "
+                             "allow_nonfinite=True (e.g. to inspect a diverged run)")
     return tensors

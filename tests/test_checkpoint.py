@@ -59,3 +59,62 @@ def test_missing_truncated_foreign_and_mismatched_files_raise(tmp_path):
     save_file(tensors, str(mismatched), metadata={"format": "phaseinterp-checkpoint-v1", "config": json.dumps(cfg)})
     with pytest.raises(ValueError, match=r"has shape \(32, 48\), config expects \(32, 64\)"):
         phaseinterp.load(mismatched)
+
+
+def _resave(src, dst, tensors=None, config=None):
+    """Write `src`'s tensors and metadata to `dst` by hand, as an editor (or a mix-up) would."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(src), "pt") as f:
+        meta = dict(f.metadata())
+    if config is not None:
+        meta["config"] = json.dumps(config)
+    save_file(tensors if tensors is not None else load_file(str(src)), str(dst), metadata=meta)
+
+
+def test_an_edited_config_or_swapped_weights_are_caught_by_the_digest(tmp_path):
+    model = noisy_model(tiny_cfg([COMPRESSED_VARIANTS["csa-sink-partial"]]))
+    model.save(tmp_path / "m.safetensors")
+    cfg = read_metadata(tmp_path / "m.safetensors")["config"]
+    assert len(read_metadata(tmp_path / "m.safetensors")["digest"]) == 64
+    edited = {**cfg, "rope_theta": cfg["rope_theta"] * 2}  # same tensor shapes, another model
+    _resave(tmp_path / "m.safetensors", tmp_path / "edited.safetensors", config=edited)
+    with pytest.raises(ValueError, match=r"edited.safetensors': its config or weights changed after saving"):
+        phaseinterp.load(tmp_path / "edited.safetensors")
+    other = noisy_model(tiny_cfg([COMPRESSED_VARIANTS["csa-sink-partial"]]), seed=5)
+    _resave(tmp_path / "m.safetensors", tmp_path / "swapped.safetensors",
+            tensors={k: v.contiguous() for k, v in other.state_dict().items()})
+    with pytest.raises(ValueError, match="digest mismatch"):
+        phaseinterp.load(tmp_path / "swapped.safetensors")
+
+
+def test_non_finite_weights_raise_unless_asked_for(tmp_path):
+    model = noisy_model(tiny_cfg(["full"]))
+    with torch.no_grad():
+        model.W_E[3, 1] = float("nan")
+    model.save(tmp_path / "nan.safetensors")
+    with pytest.raises(ValueError, match=r"non-finite weights \(nan or inf\) in \['W_E'\]: allowed only with allow_nonfinite=True"):
+        phaseinterp.load(tmp_path / "nan.safetensors")
+    assert torch.isnan(phaseinterp.load(tmp_path / "nan.safetensors", allow_nonfinite=True).W_E[3, 1])
+
+
+def test_the_next_save_removes_temp_files_an_interrupted_save_left(tmp_path):
+    stale = tmp_path / ".m.safetensors.k3j2h1.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    unrelated = tmp_path / ".other.safetensors.x.tmp"
+    unrelated.write_bytes(b"not ours")
+    noisy_model(tiny_cfg(["full"])).save(tmp_path / "m.safetensors")
+    assert not stale.exists() and unrelated.exists()
+
+
+def test_a_card_that_disagrees_with_its_weights_is_refused():
+    from pathlib import Path
+
+    from phaseinterp.train.result import sweep_checkpoint
+
+    ckpt = Path(__file__).resolve().parents[1] / "assets" / "checkpoints" / "w4s4.safetensors"
+    card = json.loads(ckpt.with_suffix(".json").read_text())
+    card["model_config"] = {**card["model_config"], "n_kv_heads": 4}  # the card of another model
+    with pytest.raises(ValueError, match="card 'w4s4' describes another model than .*w4s4.safetensors"):
+        sweep_checkpoint(ckpt, card, n_per_residue=1, task_seed=0, protocol="prefix", n_boot=10, n_perm=10)

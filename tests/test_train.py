@@ -171,6 +171,19 @@ def test_resume_continues_exactly_where_the_checkpoint_stopped(tmp_path):
     assert log == list(range(1, 13))
 
 
+def test_resume_tolerates_a_torn_last_line_in_the_metrics_log(tmp_path):
+    cfg, tc = small_run(steps=6)
+    train(cfg, tc, tmp_path, until=3, progress=False)
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(log.read_text() + '{"step": 4, "loss": 2.3')  # a crash mid-write
+    with pytest.warns(UserWarning, match="dropped a torn last line"):
+        rest = train(cfg, tc, tmp_path, resume="latest", progress=False)
+    assert rest.step == 6 and [json.loads(x)["step"] for x in log.read_text().splitlines()] == list(range(1, 7))
+    log.write_text('not json\n' + log.read_text())  # damage before the end is not a torn write
+    with pytest.raises(ValueError, match="line 1 is not a metrics record"):
+        train(cfg, tc, tmp_path, resume="latest", progress=False)
+
+
 def test_corrupt_truncated_missing_and_mismatched_resume_files_raise_clear_errors(tmp_path):
     cfg, tc = small_run(steps=4, checkpoint_every=2)
     result = train(cfg, tc, tmp_path, progress=False)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,11 +154,22 @@ def _summary(sums: Tensor, steps: int) -> dict[str, float]:
 
 
 def _prepare_log(path: Path, resumed_step: int | None) -> None:
-    """Keep only lines up to the resumed step (a fresh run starts an empty log)."""
+    """Keep only lines up to the resumed step (a fresh run starts an empty log). A torn last line
+    (a crash while it was written) is dropped with a warning; a damaged line before it raises."""
     keep = []
     if resumed_step is not None and path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip() and json.loads(line)["step"] <= resumed_step:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        for i, line in enumerate(lines):
+            try:
+                step = json.loads(line)["step"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                if i == len(lines) - 1:
+                    warnings.warn(f"{path}: dropped a torn last line (a crash while it was written): {line[:60]!r}",
+                                  stacklevel=3)
+                    break
+                raise ValueError(f"{str(path)!r} line {i + 1} is not a metrics record: {line[:60]!r}; fix or remove "
+                                 "that line to resume") from None
+            if step <= resumed_step:
                 keep.append(line)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(k + "\n" for k in keep))

@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from phaseinterp.checkpoint import load
+from phaseinterp.checkpoint import load, read_metadata
 from phaseinterp.measure import phase_sweep
 from phaseinterp.measure.provenance import jsonable, versions
 from phaseinterp.tasks import RecordLookup
@@ -44,7 +44,11 @@ FULL_STRIDE = 4
 
 def sweep_checkpoint(path: Path, card: dict[str, Any], *, n_per_residue: int, task_seed: int, protocol: str,
                      n_boot: int, n_perm: int, batch_size: int = 64, modulus: int = MODULUS):
-    """PhaseCurve of one shipped checkpoint on its card's matched task, residues mod `modulus`."""
+    """PhaseCurve of one shipped checkpoint on its card's matched task, residues mod `modulus`;
+    a card whose model config disagrees with the checkpoint's raises (it would mislabel results)."""
+    if card.get("model_config") is not None and card["model_config"] != read_metadata(path)["config"]:
+        raise ValueError(f"card {card.get('name')!r} describes another model than {str(path)!r} (model_config "
+                         "differs from the checkpoint's config): ship card and weights together (`--ship`)")
     model = load(path).eval()
     task_kwargs = {**card["data"]["eval_task"], "protocol": protocol}
     task = RecordLookup(**task_kwargs)
