@@ -108,8 +108,13 @@ def read_metadata(path: str | os.PathLike) -> dict:
     if meta.get("format") not in (FORMAT, HF_FORMAT):
         raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected {FORMAT!r} "
                          f"or {HF_FORMAT!r}")
-    meta["config"] = json.loads(meta["config"])
-    meta["extra"] = json.loads(meta.get("extra", "{}"))
+    if "config" not in meta:
+        raise ValueError(f"{str(path)!r} has no config in its metadata: not a checkpoint phaseinterp wrote")
+    for key, default in (("config", None), ("extra", "{}")):
+        try:
+            meta[key] = json.loads(meta.get(key, default))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{str(path)!r}: metadata {key!r} is not JSON ({e}): the file was edited or damaged") from None
     return meta
 
 

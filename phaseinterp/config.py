@@ -244,7 +244,7 @@ class ModelConfig:
         layers = self.layers
         if layers is None:
             layers = ("full",) * self.n_layers
-        layers = tuple(CompressionConfig(**s) if isinstance(s, dict) else s for s in layers)
+        layers = tuple(_compression_from_dict(s) if isinstance(s, dict) else s for s in layers)
         if len(layers) != self.n_layers:
             raise _bad("layers", f"<{len(layers)} entries>", f"exactly n_layers = {self.n_layers} entries")
         for i, spec in enumerate(layers):
@@ -252,6 +252,10 @@ class ModelConfig:
                 raise _bad(f"layers[{i}]", spec, "'full' or a CompressionConfig")
             if isinstance(spec, CompressionConfig):
                 spec.check_head_dim(self.d_head, f"layers[{i}]")
+                if spec.n_entries(self.n_ctx) < 1:
+                    raise _bad(f"layers[{i}].window", spec.window,
+                               f"a window that completes within n_ctx = {self.n_ctx} (with pad {spec.pad}); this layer "
+                               "would never produce a compressed entry")
         object.__setattr__(self, "layers", layers)
 
     # TransformerLens compatibility
@@ -293,11 +297,16 @@ class ModelConfig:
         check_known_fields(cls, d)
         d = dict(d)
         if d.get("layers") is not None:
-            d["layers"] = tuple(s if s == "full" else CompressionConfig(**s) for s in d["layers"])
+            d["layers"] = tuple(s if s == "full" else _compression_from_dict(s) for s in d["layers"])
         return cls(**d)
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _compression_from_dict(d: dict[str, Any]) -> CompressionConfig:
+    check_known_fields(CompressionConfig, d)
+    return CompressionConfig(**d)
 
 
 def uniform_schedule(n_layers: int, spec: LayerSpec) -> tuple[LayerSpec, ...]:

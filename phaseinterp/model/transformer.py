@@ -56,6 +56,16 @@ class Block(nn.Module):
         return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
 
 
+#: Largest model built (about 64 GB of float32 weights): larger configs are refused before allocating.
+MAX_PARAMETERS = 16 * 10**9
+
+
+def approx_parameters(cfg: ModelConfig) -> int:
+    """Parameter count without the compressors and norms (a lower bound, for the size check)."""
+    attn = cfg.d_model * cfg.d_head * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)
+    return cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2) + cfg.n_layers * (attn + 3 * cfg.d_model * cfg.d_mlp)
+
+
 class HookedCompressedTransformer(HookedRootModule):
     """Decoder-only transformer with compressed-KV attention and TransformerLens hooks.
 
@@ -71,6 +81,11 @@ class HookedCompressedTransformer(HookedRootModule):
 
     def __init__(self, cfg: ModelConfig, seed: int | None = None):
         super().__init__()
+        n = approx_parameters(cfg)
+        if n > MAX_PARAMETERS:
+            raise ValueError(f"a model of about {n:.3g} parameters (d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, "
+                             f"n_layers={cfg.n_layers}, vocab_size={cfg.vocab_size}) out of range: allowed at most "
+                             f"{MAX_PARAMETERS:.3g} (refused before any allocation)")
         self.cfg = cfg
         self.W_E = nn.Parameter(torch.empty(cfg.vocab_size, cfg.d_model))
         self.hook_embed = HookPoint()
@@ -140,6 +155,13 @@ class HookedCompressedTransformer(HookedRootModule):
         Training uses it to skip positions without a loss; the last block's `hook_mlp_*`,
         `hook_resid_post` and `ln2`/`ln_final` hooks then see [n_marked, ...].
         """
+        if not isinstance(tokens, torch.Tensor):
+            raise ValueError(f"tokens of type {type(tokens).__name__} are invalid: allowed a torch tensor of integer ids "
+                             "[batch, pos] (convert with torch.as_tensor(x, dtype=torch.long))")
+        if tokens.dtype not in (torch.int64, torch.int32, torch.int16):
+            raise ValueError(f"tokens of dtype {tokens.dtype} are invalid: allowed integer ids (torch.long, int32 or int16)")
+        if return_type not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type={return_type!r} is invalid: allowed 'logits', 'loss', 'both' or None")
         if at is not None and (return_type != "logits" or at.shape != tokens.shape or at.dtype != torch.bool):
             raise ValueError(f"at= needs return_type='logits' and a bool mask of the tokens' shape {tuple(tokens.shape)}; "
                              f"got return_type={return_type!r}, mask {at.dtype} {tuple(at.shape)}")
@@ -147,6 +169,9 @@ class HookedCompressedTransformer(HookedRootModule):
             raise ValueError(f"tokens must be [batch, pos]; got shape {tuple(tokens.shape)}")
         if tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(f"sequence length {tokens.shape[1]} exceeds n_ctx = {self.cfg.n_ctx}")
+        if tokens.shape[1] < (2 if return_type in ("loss", "both") else 1):
+            raise ValueError(f"tokens have {tokens.shape[1]} positions: allowed at least "
+                             + ("2 for a next-token loss" if return_type in ("loss", "both") else "1"))
         # (a compiled training step checks its tokens before the call: this check would split the graph)
         if not torch.compiler.is_compiling() and tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
             bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)][0].item()

@@ -28,9 +28,13 @@ from phaseinterp.tasks.layout import Geometry, MatchedTargets, check_protocol, o
 from phaseinterp.tasks.pools import TokenPools
 from phaseinterp.tasks.names import SPLITS, VARIANTS
 
+#: Largest batch `RecordLookup.sample` builds (prompts x tokens, 0.8 GB of int64): larger requests are
+#: refused before any allocation.
+MAX_SAMPLE_TOKENS = 10**8
+
 def _at_least(name: str, value: int, low: int) -> None:
-    if int(value) != value or value < low:
-        raise ValueError(f"{name}={value} out of range: must be an integer >= {low}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name}={value!r} out of range: must be an integer >= {low}")
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,15 @@ class RecordLookup:
         tail.append(np.array(self.pools.tail, dtype=np.int64))
         return _Example(keys, values, answers, np.concatenate(tail))
 
+    def _check_size(self, n_per_residue: int, modulus: int, n_residues: int) -> None:
+        """Refuse a sample larger than `MAX_SAMPLE_TOKENS` before building anything."""
+        rows = n_per_residue * n_residues * self.n_queries
+        T = 1 if rows > MAX_SAMPLE_TOKENS else self.seq_len if self.seq_len is not None else self.min_seq_len(modulus)
+        if rows * T > MAX_SAMPLE_TOKENS:
+            raise ValueError(f"n_per_residue={n_per_residue} x {n_residues} residues x {self.n_queries} queries = {rows} "
+                             f"prompts of {T if T > 1 else 'at least 1'} tokens out of range: allowed at most "
+                             f"{MAX_SAMPLE_TOKENS:.0e} tokens per sample call (sample fewer residues or prompts per call)")
+
     def sample(self, n_per_residue: int, modulus: int, *, seed: int = 0, split: str = "eval",
                residues: Sequence[int] | None = None) -> PhaseBatch:
         """Render `n_per_residue` logical examples at every requested residue.
@@ -248,12 +261,15 @@ class RecordLookup:
         _at_least("modulus", modulus, 1)
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
+        self._check_size(n_per_residue, modulus, modulus if residues is None else len(residues))
         residues = list(range(modulus)) if residues is None else [int(r) for r in residues]
         for r in residues:
             if not 0 <= r < modulus:
                 raise ValueError(f"residue {r} out of range [0, {modulus})")
         if len(set(residues)) != len(residues):
             raise ValueError(f"residues repeat a value: {residues}")
+        if not residues:
+            raise ValueError(f"residues=[] is empty: allowed one or more of 0..{modulus - 1}")
         code = SPLITS.index(split)
         geom, targets = self.geometry(modulus), self.targets(modulus)
         T, q, kl, L = geom.seq_len, self.n_queries, self.key_len, self.rec_len

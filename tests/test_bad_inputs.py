@@ -1,0 +1,123 @@
+"""Bad input at the public doors (configs, tasks, model inputs, checkpoints, interventions) raises
+one of the library's documented exceptions (docs/errors.md), never a bare TypeError, IndexError,
+KeyError or AttributeError from inside torch, numpy or safetensors, and never returns a result.
+
+The doors are called as users call them: without the runtime type checker (`unchecked`)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import phaseinterp
+from phaseinterp import CompressionConfig, HookedCompressedTransformer, ModelConfig, preset
+from phaseinterp.interventions import knockout_map
+from phaseinterp.tasks import RecordLookup
+
+DOCUMENTED = (ValueError, FileNotFoundError)
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+junk = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
+                 st.text(max_size=5), st.lists(st.integers(-3, 3), max_size=3))
+
+
+def refused(fn) -> BaseException:
+    with pytest.raises(DOCUMENTED) as info:
+        fn()
+    return info.value
+
+
+MODEL = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0).eval()
+TASK = RecordLookup(vocab_size=512, n_records=8, n_demos=2)
+
+
+@SETTINGS
+@given(field=st.sampled_from(["vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_mlp", "n_ctx",
+                               "rope_theta", "norm_eps", "init_std", "gate_bias_init_std", "qk_norm", "tie_embeddings"]),
+       value=junk)
+def test_model_config_fields(unchecked, field, value):
+    good = preset("tiny-w4s4").to_dict()
+    try:
+        ModelConfig.from_dict({**good, field: value})
+    except DOCUMENTED:
+        return
+    # accepted: then it must be a value of the right kind, not silently coerced garbage
+    assert not isinstance(value, (str, list, type(None))) and not (isinstance(value, float) and not math.isfinite(value))
+
+
+@SETTINGS
+@given(field=st.sampled_from(["window", "stride", "gate", "kv", "rope", "local_window", "chunkings", "sink", "layout",
+                               "bogus_field"]), value=junk)
+def test_compression_config_fields_inside_a_model_config(unchecked, field, value):
+    good = preset("tiny-w4s4").to_dict()
+    layer = {**good["layers"][0], field: value}
+    try:
+        ModelConfig.from_dict({**good, "layers": [layer, good["layers"][1]]})
+    except DOCUMENTED:
+        return
+    assert field != "bogus_field"
+
+
+@SETTINGS
+@given(data=st.one_of(
+    st.builds(lambda s, d: torch.zeros(s, dtype=d), st.tuples(st.integers(0, 3), st.integers(0, 5)),
+              st.sampled_from([torch.float32, torch.bool, torch.uint8, torch.float64])),
+    st.builds(lambda s: torch.zeros(s, dtype=torch.long), st.lists(st.integers(0, 3), min_size=0, max_size=4)
+              .filter(lambda s: len(s) != 2)),
+    st.builds(lambda v: torch.full((1, 4), v, dtype=torch.long), st.sampled_from([-1, 512, 10**6])),
+    st.builds(lambda n: torch.zeros(1, n, dtype=torch.long), st.sampled_from([0, 513, 2000])),
+    st.lists(st.lists(st.integers(0, 10), max_size=3), max_size=2), st.builds(lambda: np.zeros((2, 4), dtype=np.int64)),
+))
+def test_model_inputs(unchecked, data):
+    refused(lambda: MODEL(data))
+
+
+@SETTINGS
+@given(n=junk, modulus=junk, residues=st.one_of(st.none(), st.just([]), st.lists(st.integers(-5, 10), max_size=4)))
+def test_task_sampling(unchecked, n, modulus, residues):
+    try:
+        batch = TASK.sample(n, modulus, residues=residues)
+    except DOCUMENTED:
+        return
+    assert len(batch) >= 1 and batch.modulus == modulus  # a sample that was accepted is a real sample
+
+
+@SETTINGS
+@given(payload=st.one_of(st.binary(max_size=64), st.builds(lambda h: json.dumps(h).encode(),
+                                                          st.dictionaries(st.text(max_size=4), st.text(max_size=4)))))
+def test_checkpoint_files(unchecked, tmp_path, payload):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(len(payload).to_bytes(8, "little") + payload)
+    refused(lambda: phaseinterp.load(path))
+
+
+def test_checkpoint_metadata_that_is_not_json_or_lacks_the_config(unchecked, tmp_path):
+    from safetensors.torch import save_file
+
+    tensors = {"x": torch.zeros(1)}
+    save_file(tensors, str(tmp_path / "a.safetensors"), metadata={"format": "phaseinterp-checkpoint-v1", "config": "{not json"})
+    assert "a.safetensors" in str(refused(lambda: phaseinterp.load(tmp_path / "a.safetensors")))
+    save_file(tensors, str(tmp_path / "b.safetensors"), metadata={"format": "phaseinterp-checkpoint-v1"})
+    assert "b.safetensors" in str(refused(lambda: phaseinterp.load(tmp_path / "b.safetensors")))
+    refused(lambda: phaseinterp.load(tmp_path / "missing.safetensors"))
+
+
+BATCH = TASK.sample(1, 4, seed=0)
+CALIB = TASK.sample(1, 4, seed=0, split="calibration")
+
+
+@SETTINGS
+@given(kw=st.one_of(st.builds(lambda v: {"layers": v}, st.lists(st.integers(-3, 5), min_size=1, max_size=2)
+                              .filter(lambda v: any(x < 0 or x > 1 for x in v))),
+                    st.builds(lambda v: {"n_boot": v}, st.integers(-5, 0)),
+                    st.builds(lambda v: {"max_rows": v}, st.integers(-5, 0)),
+                    st.builds(lambda v: {"level": v}, st.text(max_size=4)),
+                    st.builds(lambda v: {"change": v}, st.text(max_size=4)),
+                    st.builds(lambda v: {"floor": v}, st.floats(1.01, 10) | st.floats(-10, -0.01)),
+                    st.builds(lambda v: {"replacement": v}, st.text(max_size=4))))
+def test_intervention_arguments(unchecked, kw):
+    refused(lambda: knockout_map(MODEL, BATCH, CALIB, **{"n_boot": 10, **kw}))
