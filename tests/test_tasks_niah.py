@@ -4,10 +4,11 @@ import itertools
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from phaseinterp.tasks.niah import PAPER_DENSITY, deepseek_niah, single_token_words
+from tests.test_tasks_text import make_bpe_tokenizer
 
 SYLLABLES = ["".join(p) for p in itertools.product("bcdfghklmnprstvz", "aeiou", "bcdfghklmnprstvz")]
 
@@ -60,14 +61,7 @@ def test_deepseek_protocol_is_position_matched(tok):
 
 
 def test_single_token_words_on_a_bpe_tokenizer():
-    words = [w for w in SYLLABLES[:200]]
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<s>", "</s>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tk.train_from_iterator([" " + " ".join(words)] * 20, trainer=trainer)
-    bpe = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
+    bpe, _ = make_bpe_tokenizer(list(SYLLABLES[:200]), vocab_size=500)
     found = single_token_words(bpe, 40, seed=2)
     assert len(set(found)) == 40 and found == single_token_words(bpe, 40, seed=2)
     base = bpe(found[0], add_special_tokens=False)["input_ids"]

@@ -28,11 +28,16 @@ def word_tokenizer():
 
 @pytest.fixture(scope="module")
 def bpe_tokenizer():
-    words = ["".join(p) for p in itertools.product("bcdfg", "aeiou", "klmn")]
+    return make_bpe_tokenizer()
+
+
+def make_bpe_tokenizer(words=None, vocab_size: int = 400):
+    """A byte-level BPE tokenizer trained offline on `words` (default: 100 syllables)."""
+    words = words or ["".join(p) for p in itertools.product("bcdfg", "aeiou", "klmn")]
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>"], show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>"], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tk.train_from_iterator([" " + " ".join(words)] * 20, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>"), words
