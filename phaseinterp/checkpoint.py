@@ -36,7 +36,7 @@ def load(path: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool 
     if meta["format"] == HF_FORMAT:
         return _load_hf_checkpoint(path, meta, device, allow_nonfinite)
     model = HookedCompressedTransformer(ModelConfig.from_dict(meta["config"]))
-    model.load_state_dict(read_tensors(path, model.state_dict(), device, allow_nonfinite=allow_nonfinite))
+    model.load_state_dict(read_tensors(path, model.state_dict(), device, allow_nonfinite=allow_nonfinite, meta=meta))
     return model.to(device).eval()
 
 
@@ -44,7 +44,7 @@ def _load_hf_checkpoint(path: str | os.PathLike, meta: dict, device: str, allow_
     from phaseinterp.train.hf_model import HFModelSpec
 
     model = HFModelSpec.from_dict(meta["config"]).build(seed=0)
-    model.hf.load_state_dict(read_tensors(path, model.hf.state_dict(), "cpu", allow_nonfinite=allow_nonfinite))
+    model.hf.load_state_dict(read_tensors(path, model.hf.state_dict(), "cpu", allow_nonfinite=allow_nonfinite, meta=meta))
     return model.to(device).eval()
 
 

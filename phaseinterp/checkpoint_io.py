@@ -118,7 +118,8 @@ def read_metadata(path: str | os.PathLike) -> dict:
     return meta
 
 
-def read_tensors(path: str | os.PathLike, expected: dict, device: str, *, allow_nonfinite: bool = False) -> dict:
+def read_tensors(path: str | os.PathLike, expected: dict, device: str, *, allow_nonfinite: bool = False,
+                 meta: dict | None = None) -> dict:
     """The checkpoint's tensors, checked against the state dict its config builds (names, shapes),
     against the digest written at save time, and for non-finite values (unless `allow_nonfinite`)."""
     try:
@@ -131,7 +132,7 @@ def read_tensors(path: str | os.PathLike, expected: dict, device: str, *, allow_
     for name, t in tensors.items():
         if t.shape != expected[name].shape:
             raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
-    meta = read_metadata(path)
+    meta = read_metadata(path) if meta is None else meta
     saved = meta.get("digest")
     if saved is not None and saved != digest(json.dumps(meta["config"]), tensors):
         raise ValueError(f"{str(path)!r}: its config or weights changed after saving (digest mismatch): re-save it with "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +68,7 @@ def flip(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        result = flip(args)
-    except ValueError as err:
-        print(f"phaseinterp flip: error: {err}", file=sys.stderr)
-        return 2
+    result = flip(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     args.out.mkdir(parents=True, exist_ok=True)
     result.save(args.out / "flip.json")
     from phaseinterp.plot import flip_figure, save_html

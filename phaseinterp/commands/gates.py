@@ -4,7 +4,6 @@ predicted phase-curve shift, gate attribution against real overrides, and traini
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from phaseinterp.plot import (cycling_figure, gate_attribution_figure, gate_dynamics_figure, gate_plane_figure,
                                   gate_profile_figure, map_figure, save_html)
 
-    try:
-        res = compute(args)
-    except (ValueError, KeyError, FileNotFoundError) as err:
-        print(f"phaseinterp gates: error: {err}", file=sys.stderr)
-        return 2
+    res = compute(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     label = model_label(args)

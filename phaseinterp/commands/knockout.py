@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from phaseinterp.plot import phase_figure
     from phaseinterp.plot import map_figure, save_html
 
-    try:
-        res = compute(args)
-    except (ValueError, KeyError, FileNotFoundError) as err:
-        print(f"phaseinterp knockout: error: {err}", file=sys.stderr)
-        return 2
+    res = compute(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     smap: SpecializationMap = res["knockout"]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

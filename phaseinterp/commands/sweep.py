@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +45,7 @@ def sweep(args: argparse.Namespace) -> PhaseCurve:
 def run(args: argparse.Namespace) -> int:
     from phaseinterp.plot import phase_figure, save_html
 
-    try:
-        curve = sweep(args)
-    except (ValueError, KeyError) as err:
-        print(f"phaseinterp sweep: error: {err}", file=sys.stderr)
-        return 2
+    curve = sweep(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     args.out.mkdir(parents=True, exist_ok=True)
     curve.to_json(args.out / "curve.json")
     curve.to_pandas().to_csv(args.out / "curve.csv", index=False)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -169,12 +168,8 @@ def _hf_spec(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train (and card, ship); bad arguments or files print one error line and return 2."""
-    try:
-        return _run(args)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"phaseinterp train: error: {err}", file=sys.stderr)
-        return 2
+    """Train (and card, ship); errors become one line through the CLI boundary (phaseinterp/cli.py)."""
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -241,11 +241,12 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
                             weight_decay=tcfg.weight_decay, foreach=True)
     start, prior_elapsed, prior_cpu = _begin(model, opt, model_cfg, tcfg, run_dir, resume, ctx, device)
     wrapped = _wrap(model, tcfg, ctx, device)
+    params = list(model.parameters())
     log = _Log(run_dir / "metrics.jsonl", ctx, prior_elapsed, prior_cpu)
     last_ckpt = None
     bar = tqdm(total=tcfg.steps, initial=start, disable=not progress, desc=name, dynamic_ncols=True)
     for step in range(start, stop):
-        lr, grad_norm, sums = _step(wrapped, model, opt, model_cfg, tcfg, step, ctx, device)
+        lr, grad_norm, sums = _step(wrapped, model, params, opt, model_cfg, tcfg, step, ctx, device)
         log.add(sums, tcfg.batch_size * tcfg.mixture.seq_len)
         done = step + 1
         bar.update(1)
@@ -320,7 +321,8 @@ def _wrap(model, tcfg: TrainConfig, ctx: _Dist, device):
     return wrapped
 
 
-def _step(wrapped, model, opt, model_cfg, tcfg: TrainConfig, step: int, ctx: _Dist, device) -> tuple[float, Tensor, Tensor]:
+def _step(wrapped, model, params: list, opt, model_cfg, tcfg: TrainConfig, step: int, ctx: _Dist, device
+          ) -> tuple[float, Tensor, Tensor]:
     """One optimizer step on this process's share of the global batch: (lr, grad norm, sums)."""
     shard = tcfg.batch_size // ctx.world
     full = make_batch(tcfg.mixture, tcfg.seed, step, tcfg.batch_size)
@@ -337,7 +339,6 @@ def _step(wrapped, model, opt, model_cfg, tcfg: TrainConfig, step: int, ctx: _Di
     # each process adds 1/world of its penalty: DDP's gradient average then equals the mean penalty's
     loss = wloss / max(total_weight, 1e-12) + reg / ctx.world
     (loss * ctx.world).backward()
-    params = [p for p in model.parameters()]
     if tcfg.grad_clip > 0:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip, foreach=True)
     else:
