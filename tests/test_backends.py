@@ -68,7 +68,8 @@ def test_nnsight_knockout_equals_transformer_lens_hooks(model, tokens):
     assert torch.equal(knocked, expected)
     assert (knocked[:, 39] - clean[:, 39]).abs().max() > 1e-2
     assert torch.equal(knocked[:, :7], clean[:, :7])  # causal: nothing before the edit moves
-    assert torch.equal(b(tokens), clean) and torch.equal(model(tokens), clean)  # undone
+    with torch.no_grad():  # the same attention path as the backend's (autograd takes the block path)
+        assert torch.equal(b(tokens), clean) and torch.equal(model(tokens), clean)  # undone
     assert no_torch_hooks(model) and not any(hp.has_hooks() for hp in model.hook_dict.values())
 
 
@@ -191,7 +192,8 @@ def test_edits_undone_on_error_and_bad_input(model, tokens):
 def test_pattern_read_restores_fused_attention(model, tokens):
     b = HookedBackend(model)
     p = b.attention_pattern(tokens, 1)
-    _, cache = model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_pattern")
+    with torch.no_grad():  # the backend's grad mode, hence its attention path in layer 0
+        _, cache = model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_pattern")
     assert torch.equal(p, cache["blocks.1.attn.hook_pattern"])
     assert not any(blk.attn.explicit for blk in model.blocks)
 
@@ -208,7 +210,8 @@ def test_tl_named_runner_equals_interventions_runner(model, tokens):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     names = ["blocks.0.attn.compress_k.hook_gate", "blocks.1.attn.compress_kv.hook_out"]
     cap = b.capture(tokens, names)
-    _, cache = model.run_with_cache(tokens, names_filter=names)
+    with torch.no_grad():  # the backend's grad mode, hence its attention path
+        _, cache = model.run_with_cache(tokens, names_filter=names)
     for name, value in cap.items():
         assert torch.equal(value, cache[name])
 

@@ -189,8 +189,9 @@ def test_bad_tokens_and_lengths_raise_clear_errors(unchecked):
 
 
 @pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))
-@pytest.mark.parametrize("block,segments", [(7, 3), (16, 1), (5, 4)])
-def test_fused_blocks_and_segments_match_explicit(name, block, segments):
+@pytest.mark.parametrize("block", [7, 16, 5, 64])
+@pytest.mark.parametrize("grad", [False, True])
+def test_fused_blocks_match_explicit(name, block, grad):
     from phaseinterp.model import joint_attention as joint
 
     cc = COMPRESSED_VARIANTS[name]
@@ -202,7 +203,48 @@ def test_fused_blocks_and_segments_match_explicit(name, block, segments):
     q, k, v = (torch.randn(batch, T, c, d, generator=gen) for c in (H, K, K))
     ek, ev = (torch.randn(batch, n, K, d, generator=gen) for _ in range(2))
     sink = torch.randn(H, generator=gen) if cc.sink else None
+    for x in (q, k, v, ek, ev):
+        x.requires_grad_(grad)
     pattern = joint.softmax_with_sink(joint.explicit_scores(cc, q, k, ek, 0.3), sink)
     expected = joint.explicit_mix(cc, pattern, v, ev)
-    got = joint.fused_joint_attention(cc, q, k, v, ek, ev, 0.3, sink, block=block, segments=segments)
+    got = joint.fused_joint_attention(cc, q, k, v, ek, ev, 0.3, sink, block=block)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    if grad:  # the backward through the concatenated block keys equals the explicit path's
+        weights = torch.randn(got.shape, generator=gen)
+        grads = torch.autograd.grad((got * weights).sum(), (q, k, v, ek, ev))
+        ref = torch.autograd.grad((expected * weights).sum(), (q, k, v, ek, ev))
+        for g, r in zip(grads, ref):
+            torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(COMPRESSED_VARIANTS))
+@pytest.mark.parametrize("T,chunk", [(41, None), (41, 6), (3, 4), (70, 64)])
+def test_phase_path_matches_explicit(name, T, chunk):
+    """Entries by phase through causal flash attention + the local window, merged by log-sum-exp."""
+    from phaseinterp.model import joint_attention as joint
+    from phaseinterp.model import phase_attention as phase
+
+    cc = COMPRESSED_VARIANTS[name]
+    gen = torch.Generator().manual_seed(T + (chunk or 0))
+    batch, H, K, d = 2, 4, 2, 8
+    n = cc.n_entries(T)
+    q, k, v = (torch.randn(batch, T, c, d, generator=gen) for c in (H, K, K))
+    ek, ev = (torch.randn(batch, n, K, d, generator=gen) for _ in range(2))
+    sink = torch.randn(H, generator=gen) if cc.sink else None
+    if not phase.usable(cc, q):
+        assert cc.local_length() == 0 or max(phase.phase_offsets(cc)) > 1
+        pytest.skip("the phase path needs a local window and no phase ahead of its row")
+    expected = joint.explicit_mix(cc, joint.softmax_with_sink(joint.explicit_scores(cc, q, k, ek, 0.3), sink), v, ev)
+    got = phase.phase_joint_attention(cc, q, k, v, ek, ev, 0.3, sink, chunk=chunk)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_phase_path_is_used_only_without_autograd():
+    from phaseinterp.model import phase_attention as phase
+
+    cc = next(c for c in COMPRESSED_VARIANTS.values() if c.local_length() > 0)
+    x = torch.zeros(1, 4, 2, 8, requires_grad=True)
+    assert not phase.usable(cc, x)
+    with torch.no_grad():
+        assert phase.usable(cc, x)
+    assert phase.usable(cc, x.detach())

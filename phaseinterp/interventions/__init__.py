@@ -5,7 +5,7 @@ on gates, gate overrides and gate cycling; every intervention removes its hooks 
 parameters on exit, warns when it changes nothing, and records what made it."""
 
 from phaseinterp.interventions.attribution import GateAttribution, attribution_patching, gate_attribution
-from phaseinterp.interventions.calibration import REPLACEMENTS, Calibration, calibrate
+from phaseinterp.interventions.calibration import REPLACEMENTS, Calibration, calibrate, calibrate_cached, clear_calibrations
 from phaseinterp.interventions.cycling import CyclingResult, cycled_gates, gate_cycling, r_squared
 from phaseinterp.interventions.overrides import compressors, gate_override, gate_override_hooks, override_values
 from phaseinterp.interventions.incremental import FinalPositionRun
@@ -22,7 +22,7 @@ REGISTRY = {"knockout": knockout_map, "patching": activation_patching, "gate_att
 
 __all__ = ["LEVELS", "REGISTRY", "REPLACEMENTS", "Calibration", "CyclingResult", "FinalPositionRun",
            "GateAttribution", "HeadUnit", "Pairing", "activation_patching", "attribution_patching", "calibrate",
-           "compressors", "cycled_gates", "final_logits", "gate_attribution", "gate_cycling", "gate_override",
+           "calibrate_cached", "clear_calibrations", "compressors", "cycled_gates", "final_logits", "gate_attribution", "gate_cycling", "gate_override",
            "gate_override_hooks", "head_units", "is_correct", "knockout", "knockout_edit", "knockout_hooks",
            "knockout_logits", "knockout_map", "logit_diff", "mapping_swap", "override_values", "phase_swap",
            "planted_model", "r_squared", "run_units", "top_other"]

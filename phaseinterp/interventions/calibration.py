@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import weakref
+
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
@@ -11,7 +14,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.interventions.checks import check_at_least_one, check_position
-from phaseinterp.interventions.runner import capture, model_device, n_layers, runnable
+from phaseinterp.interventions.runner import capture, has_hooks, model_device, n_layers, runnable
 from phaseinterp.tasks import PhaseBatch
 
 REPLACEMENTS = ("mean", "zero", "resample")
@@ -159,3 +162,47 @@ def check_calibration(calib: Calibration, model) -> None:
     if got != want:
         raise ValueError(f"calibration z of shape {tuple(calib.z.shape)} (layers, heads, d_head = {got}) is invalid "
                          f"for this model: allowed layers, heads, d_head = {want}")
+
+
+#: Calibrations remembered per model (weakly: dropped with the model), newest last.
+_CALIBRATIONS: "weakref.WeakKeyDictionary[Any, dict[tuple, Calibration]]" = weakref.WeakKeyDictionary()
+_PER_MODEL = 4
+
+
+def _weights_key(model) -> tuple | None:
+    """Changes whenever a parameter is replaced or edited in place through autograd-visible ops
+    (optimizer steps, `load_state_dict`, `copy_` under no_grad); edits through `.data` are not seen.
+    None for what has no parameters to watch."""
+    module = getattr(model, "model", model)  # a backend wraps its module
+    if not hasattr(module, "parameters"):
+        return None
+    return tuple((p.data_ptr(), p._version) for p in module.parameters())
+
+
+def calibrate_cached(model, batch: PhaseBatch, positions: Positions = "final", *, max_rows: int | None = None
+                     ) -> Calibration:
+    """`calibrate`, remembered for the same model weights, calibration tokens and sites: maps
+    that share a calibration batch (another level, method, replacement or layer subset) skip its
+    forward pass. The cache holds the last 4 calibrations per model and forgets a model's
+    entries when its weights change; `clear_calibrations()` empties it."""
+    model = runnable(model)
+    weights = _weights_key(model)
+    if weights is None or has_hooks(model):  # hooks may change what a forward computes: never reuse
+        return calibrate(model, batch, positions, max_rows=max_rows)
+    key = (hashlib.sha1(batch.tokens.cpu().numpy().tobytes()).hexdigest(), tuple(batch.tokens.shape),
+           hashlib.sha1(batch.query_pos.cpu().numpy().tobytes()).hexdigest(),
+           hashlib.sha1(batch.residue.cpu().numpy().tobytes()).hexdigest(), batch.modulus,
+           check_positions(positions, batch.tokens.shape[1]), weights)
+    per_model = _CALIBRATIONS.setdefault(model, {})
+    if key not in per_model:
+        for stale in [k for k in per_model if k[-1] != key[-1]]:
+            del per_model[stale]
+        per_model[key] = calibrate(model, batch, positions, max_rows=max_rows)
+        while len(per_model) > _PER_MODEL:
+            del per_model[next(iter(per_model))]
+    return per_model[key]
+
+
+def clear_calibrations() -> None:
+    """Forget every cached calibration (`calibrate_cached`)."""
+    _CALIBRATIONS.clear()

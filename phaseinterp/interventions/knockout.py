@@ -16,8 +16,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate, check_calibration,
-                                                   check_positions, site_positions)
+from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate_cached,
+                                                   check_calibration, check_positions, site_positions)
 from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
@@ -80,7 +80,7 @@ def _calibration(model, calibration, positions, replacement: str, max_rows: int 
         check_calibration(calibration, model)
         return calibration
     if isinstance(calibration, PhaseBatch):
-        return calibrate(model, calibration, positions, max_rows=max_rows)
+        return calibrate_cached(model, calibration, positions, max_rows=max_rows)
     if calibration is None:
         if replacement != "zero":
             raise ValueError(f"replacement={replacement!r} needs a calibration batch (or use replacement='zero')")

@@ -8,7 +8,10 @@ d_head] (key entries after RoPE) and compressor branches `compress_k`/`compress_
 `compress_kv` when K/V are tied). Query head h reads KV head h // (n_heads / n_kv_heads).
 
 Scores and pattern are materialized only when a hook is attached to them (or `explicit` is set);
-otherwise attention runs through `scaled_dot_product_attention` and those hooks do not fire.
+otherwise attention runs through `scaled_dot_product_attention` and those hooks do not fire. A
+compressed layer then takes one of two paths (`model.phase_attention`): on CPU without autograd,
+causal flash attention over the entries by phase; otherwise SDPA over query blocks. They agree to
+float rounding (about 1e-6), not bit for bit, so compare outputs computed in the same grad mode.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from torch import Tensor, nn
 
 from phaseinterp.config import CompressionConfig, ModelConfig
 from phaseinterp.model import joint_attention as joint
+from phaseinterp.model.phase_attention import fast_joint_attention
 from phaseinterp.model.compressor import Compressor, entry_rope_positions
 from phaseinterp.model.layers import RMSNorm, apply_rope, rope_angles
 from phaseinterp.model.hook_point import HookPoint
@@ -129,11 +133,18 @@ class Attention(nn.Module):
         rope_positions = entry_rope_positions(cc, ek.shape[1], x.device)
         return self.hook_rot_entries(self.rotate(ek, rope_positions)), ev
 
+    def _scores_unread(self, scores: Tensor) -> bool:
+        """May the softmax overwrite the scores? Not if a hook or nnsight may hold them or a
+        gradient flows through them."""
+        if self.hook_attn_scores.has_hooks() or in_nnsight_trace(self.hook_attn_scores):
+            return False
+        return not (torch.is_grad_enabled() and scores.requires_grad)
+
     def _compressed(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         cc = self.cc
         ek, ev = self.entries(x)
         if self.needs_explicit() or cc.local_length() == 0:
             scores = self.hook_attn_scores(joint.explicit_scores(cc, q, k, ek, self.scale))
-            pattern = self.hook_pattern(joint.softmax_with_sink(scores, self.sink))
+            pattern = self.hook_pattern(joint.softmax_with_sink(scores, self.sink, inplace=self._scores_unread(scores)))
             return joint.explicit_mix(cc, pattern, v, ev)
-        return joint.fused_joint_attention(cc, q, k, v, ek, ev, self.scale, self.sink)
+        return fast_joint_attention(cc, q, k, v, ek, ev, self.scale, self.sink)

@@ -62,6 +62,12 @@ def n_maps(cc: CompressionConfig, maps: str) -> int:
     return cc.window if maps == "per_offset" else 1
 
 
+def _consecutive(index: Tensor) -> bool:
+    """Are the map rows of the window offsets 0, 1, .. (per-offset maps)? Then the maps are a
+    view of the weight: at large widths a gathered copy costs more than the einsum reading it."""
+    return bool((index == torch.arange(index.numel(), device=index.device)).all())
+
+
 class Compressor(nn.Module):
     """Hooks: `hook_gate_logits`, `hook_gate` [batch, entry, offset, kv_head(, d_head)] and
     `hook_out` [batch, entry, kv_head, d_head] (normed entries, before RoPE)."""
@@ -72,6 +78,7 @@ class Compressor(nn.Module):
         out = n_kv_heads * d_head
         self.register_buffer("payload_index", map_index(cc, cc.payload), persistent=False)
         self.register_buffer("gate_index", map_index(cc, cc.gate_maps), persistent=False)
+        self._payload_view, self._gate_view = _consecutive(self.payload_index), _consecutive(self.gate_index)
         k = cc.chunkings
         self.W_C = nn.Parameter(torch.empty(k * n_maps(cc, cc.payload), d_model, out))
         self.kind = gate_kind(cc.gate)
@@ -92,15 +99,20 @@ class Compressor(nn.Module):
         pos = window_positions(self.cc, h.shape[1], h.device)
         return self.fold(h[:, pos.clamp(min=0)], pos < 0)
 
+    @staticmethod
+    def _maps_of(weight: Tensor, index: Tensor, consecutive: bool, first: int) -> Tensor:
+        """`weight[index + first]`: the map of each window offset."""
+        return weight[first:first + index.numel()] if consecutive else weight[index + first]
+
     def _maps(self, windows: Tensor, chunking: int) -> tuple[Tensor, Tensor | None]:
         """Payload [b, n, W, kv_head * d] and gate logits (None for uniform gates) of one chunking."""
         cc = self.cc
-        rows = self.payload_index + chunking * n_maps(cc, cc.payload)
-        payload = torch.einsum("bnwd,wde->bnwe", windows, self.W_C[rows])
+        payload = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_C, self.payload_index, self._payload_view,
+                                                                        chunking * n_maps(cc, cc.payload)))
         if not self.kind.learned:
             return payload, None
-        rows = self.gate_index + chunking * n_maps(cc, cc.gate_maps)
-        logits = torch.einsum("bnwd,wde->bnwe", windows, self.W_Z[rows])
+        logits = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_Z, self.gate_index, self._gate_view,
+                                                                       chunking * n_maps(cc, cc.gate_maps)))
         if cc.offset_bias:
             logits = logits + self.b_Z[chunking * cc.window:(chunking + 1) * cc.window]
         return payload, logits

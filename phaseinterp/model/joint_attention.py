@@ -8,14 +8,12 @@ key]): keys `0..n-1` are the compressed entries (entry j covers the positions of
 
 Two implementations give the same numbers: `explicit_joint_attention` builds the [T, n + L]
 scores so hooks can read and edit them; `fused_joint_attention` runs
-`scaled_dot_product_attention` over query blocks (each block sees all entries plus the tokens its
-local windows can reach) and is used when no hook reads scores or pattern.
+`scaled_dot_product_attention` over query blocks (each block reads the entries visible to its last
+query plus the tokens its local windows can reach) and is used when no hook reads scores or pattern.
 """
 
 from __future__ import annotations
 
-import functools
-from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -55,40 +53,52 @@ def joint_mask(cc: CompressionConfig, seq_len: int, device=None) -> Bool[Tensor,
     return torch.cat([entries, local_key_mask(cc, t[:, None], local_pos)], dim=1)
 
 
-def _local_windows(x: Tensor, L: int) -> Tensor:
+def local_windows(x: Tensor, L: int) -> Tensor:
     """[batch, pos, kv_head, d] -> [batch, pos, kv_head, d, L], slot i = position t - L + 1 + i."""
     return F.pad(x, (0, 0, 0, 0, L - 1, 0)).unfold(1, L, 1)
 
 
+#: Queries per step of the explicit path: its transients stay [chunk, keys], not [pos, keys].
+EXPLICIT_CHUNK = 1024
+
+
 def explicit_scores(cc: CompressionConfig, q: Float[Tensor, "batch pos head d"], k: Float[Tensor, "batch pos kv_head d"],
                     ek: Float[Tensor, "batch entry kv_head d"], scale: float) -> Float[Tensor, "batch head pos key"]:
-    """Masked joint scores [batch, head, q_pos, n + L]."""
+    """Masked joint scores [batch, head, q_pos, n + L], written into one buffer by query chunks."""
     batch, seq_len, n_heads, d = q.shape
     kv_heads = k.shape[2]
+    n, L = ek.shape[1], cc.local_length()
     qg = q.view(batch, seq_len, kv_heads, n_heads // kv_heads, d)
-    s_entries = torch.einsum("btkgd,bnkd->bkgtn", qg, ek)
-    L = cc.local_length()
+    scores = q.new_empty(batch, kv_heads, n_heads // kv_heads, seq_len, n + L)
+    for t0 in range(0, seq_len, EXPLICIT_CHUNK):
+        t1 = min(t0 + EXPLICIT_CHUNK, seq_len)
+        scores[:, :, :, t0:t1, :n] = torch.einsum("btkgd,bnkd->bkgtn", qg[:, t0:t1], ek)
     if L:
-        s_local = torch.einsum("btkgd,btkdl->bkgtl", qg, _local_windows(k, L))
-        scores = torch.cat([s_entries, s_local], dim=-1)
-    else:
-        scores = s_entries
-    scores = scores.reshape(batch, n_heads, seq_len, -1) * scale
-    return scores.masked_fill(~joint_mask(cc, seq_len, q.device), float("-inf"))
+        scores[..., n:] = torch.einsum("btkgd,btkdl->bkgtl", qg, local_windows(k, L))
+    scores = scores.view(batch, n_heads, seq_len, n + L).mul_(scale)
+    return scores.masked_fill_(~joint_mask(cc, seq_len, q.device), float("-inf"))
 
 
-def softmax_with_sink(scores: Float[Tensor, "batch head pos key"], sink: Float[Tensor, " head"] | None
-                      ) -> Float[Tensor, "batch head pos key"]:
+def softmax_with_sink(scores: Float[Tensor, "batch head pos key"], sink: Float[Tensor, " head"] | None,
+                      inplace: bool = False) -> Float[Tensor, "batch head pos key"]:
     """Softmax over the last axis; `sink` [head] adds exp(sink) to the denominator only.
 
     Rows with no visible key (possible only with L = 0 and no sink) get all-zero weights.
+    `inplace` overwrites `scores` (no second [pos, key] buffer; only where nothing else holds
+    the scores and no gradient flows through them).
     """
-    empty = torch.isinf(scores).all(dim=-1, keepdim=True) & (scores < 0).all(dim=-1, keepdim=True)
-    scores = scores.masked_fill(empty, 0.0)
+    if scores.shape[-1] == 0:  # no key at all (L = 0 before the first entry): nothing to weigh
+        return scores if inplace else scores.clone()
+    top = scores.amax(dim=-1, keepdim=True)
     if sink is not None:
-        sink_col = sink.view(1, -1, 1, 1).expand(*scores.shape[:-1], 1).to(scores.dtype)
-        return torch.cat([scores, sink_col], dim=-1).softmax(dim=-1)[..., :-1].masked_fill(empty, 0.0)
-    return scores.softmax(dim=-1).masked_fill(empty, 0.0)
+        top = torch.maximum(top, sink.view(1, -1, 1, 1).to(scores.dtype))
+    top = top.masked_fill(top == float("-inf"), 0.0)  # an empty row: exp(-inf - 0) = 0 everywhere
+    p = scores.sub_(top).exp_() if inplace else (scores - top).exp()
+    total = p.sum(dim=-1, keepdim=True)
+    if sink is not None:
+        total = total + (sink.view(1, -1, 1, 1).to(scores.dtype) - top).exp()
+    total = total.clamp_min(torch.finfo(p.dtype).tiny)
+    return p.div_(total) if inplace else p / total
 
 
 def explicit_mix(cc: CompressionConfig, pattern: Float[Tensor, "batch head pos key"], v: Float[Tensor, "batch pos kv_head d"],
@@ -98,10 +108,13 @@ def explicit_mix(cc: CompressionConfig, pattern: Float[Tensor, "batch head pos k
     kv_heads, d = v.shape[2], v.shape[3]
     n = ev.shape[1]
     p = pattern.view(batch, kv_heads, n_heads // kv_heads, seq_len, -1)
-    z = torch.einsum("bkgtn,bnkd->btkgd", p[..., :n], ev)
+    z = v.new_empty(batch, seq_len, kv_heads, n_heads // kv_heads, d)
+    for t0 in range(0, seq_len, EXPLICIT_CHUNK):
+        t1 = min(t0 + EXPLICIT_CHUNK, seq_len)
+        z[:, t0:t1] = torch.einsum("bkgtn,bnkd->btkgd", p[:, :, :, t0:t1, :n], ev)
     L = cc.local_length()
     if L:
-        z = z + torch.einsum("bkgtl,btkdl->btkgd", p[..., n:], _local_windows(v, L))
+        z = z + torch.einsum("bkgtl,btkdl->btkgd", p[..., n:], local_windows(v, L))
     return z.reshape(batch, seq_len, n_heads, d)
 
 
@@ -114,89 +127,87 @@ def fused_joint_attention(
     ev: Float[Tensor, "batch entry kv_head d"],
     scale: float,
     sink: Float[Tensor, " head"] | None,
-    block: int = 256,
-    segments: int = 4,
+    block: int = 64,
 ) -> Float[Tensor, "batch pos head d"]:
     """Same result as the explicit path, through SDPA over query blocks of `block` positions.
 
-    Block b holds queries bB..bB+B-1 and reads entries plus positions bB-L+1..bB+B-1, so its
-    scores are [B, n + B + L - 1] instead of [B, T]. Blocks are grouped into at most `segments`
-    consecutive segments (a constant, not growing with T), each reading only the entries that can
-    be visible to its last query; this skips about 3/8 of the never-visible (query, entry) pairs.
-    The sink rides on one extra key: queries gain a channel holding sink_h / scale, the sink key
-    is the unit vector on it, its value is 0.
+    Block [t0, t1) reads exactly the entries complete by t1 - 1 and the positions t0-L+1..t1-1,
+    so its scores are [B, n_visible + B + L - 1]: at most B/S + B + L - 1 keys per query more
+    than the explicit layout, and no mask larger than one block's is ever built. The sink rides
+    on key 0: queries gain a channel holding sink_h / scale, the sink key is the unit vector on
+    it, its value is 0.
     """
     batch, seq_len, n_heads, d = q.shape
+    kv_heads = k.shape[2]
+    L = cc.local_length()
+    s0 = 0 if sink is None else 1
     block = min(block, seq_len)
-    n_blocks = -(-seq_len // block)
-    padded = n_blocks * block
-    L = cc.local_length()
-    span = block + L - 1
-
-    def local_blocks(x: Tensor) -> Tensor:  # view [n_blocks, batch, kv_head, span, d]
-        x = F.pad(x, (0, 0, 0, 0, L - 1, padded - seq_len)).unfold(1, span, block)
-        return x.permute(1, 0, 2, 4, 3)
-
-    k_local, v_local = local_blocks(k), local_blocks(v)
-    q_blocks = F.pad(q, (0, 0, 0, 0, 0, padded - seq_len)).view(batch, n_blocks, block, n_heads, d)
-    q_blocks = q_blocks.permute(1, 0, 3, 2, 4)  # [n_blocks, batch, head, block, d]
-    n_seg = min(segments, n_blocks)
-    bounds = [round(Fraction(i * n_blocks, n_seg)) for i in range(n_seg + 1)]  # evenly spaced, ties to even
-    out = []
-    for b0, b1 in zip(bounds[:-1], bounds[1:]):
-        n_visible = cc.n_entries(min(b1 * block, seq_len))
-        out.append(
-            _fused_blocks(cc, seq_len, block, b0, b1, q_blocks[b0:b1], k_local[b0:b1], v_local[b0:b1],
-                          ek[:, :n_visible], ev[:, :n_visible], scale, sink)
-        )
-    z = torch.cat(out, dim=0)  # [n_blocks, batch, head, block, d]
-    return z.permute(1, 0, 3, 2, 4).reshape(batch, padded, n_heads, d)[:, :seq_len]
-
-
-def _fused_blocks(cc, seq_len, block, b0, b1, qb, k_local, v_local, ek, ev, scale, sink) -> Tensor:
-    n_blocks, batch, n_heads, _, d = qb.shape
-    kv_heads, span, n = k_local.shape[2], k_local.shape[3], ek.shape[1]
-    rows = n_blocks * batch  # block-major, so the mask broadcasts over the batch
-
-    def keys_of(e: Tensor, local: Tensor) -> Tensor:  # -> [rows, kv_head, n + span, d]
-        out = local.new_empty(n_blocks, batch, kv_heads, n + span, d)
-        out[:, :, :, :n] = e.permute(0, 2, 1, 3)[None]
-        out[:, :, :, n:] = local
-        return out.view(rows, kv_heads, n + span, d)
-
-    keys, values = keys_of(ek, k_local), keys_of(ev, v_local)
-    qb = qb.reshape(rows, n_heads, block, d)
-    mask = _block_mask(cc, seq_len, block, b0, b1, n, qb.device, qb.dtype)  # [n_blocks, 1, block, n + span]
+    keys, values = _KeyBuffer(ek, s0, block + L - 1), _KeyBuffer(ev, s0, block + L - 1)
     if sink is not None:
-        qb = torch.cat([qb, (sink / scale).view(1, n_heads, 1, 1).expand(rows, n_heads, block, 1)], -1)
-        unit = keys.new_zeros(rows, kv_heads, 1, d + 1)
-        unit[..., -1] = 1.0
-        keys = torch.cat([F.pad(keys, (0, 1)), unit], dim=2)
-        values = torch.cat([values, values.new_zeros(rows, kv_heads, 1, d)], dim=2)
-        mask = F.pad(mask, (0, 1), value=0.0)
-    if batch > 1:
-        mask = mask.repeat_interleave(batch, dim=0)
-    z = F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, scale=scale, enable_gqa=kv_heads != n_heads)
-    return z.view(n_blocks, batch, n_heads, block, d)
+        keys.buf[:, :, 0, -1] = 1.0
+        sink_channel = (sink / scale).to(q.dtype).view(1, 1, n_heads, 1)
+    out = q.new_empty(batch, seq_len, n_heads, d)
+    for t0 in range(0, seq_len, block):
+        t1 = min(t0 + block, seq_len)
+        n_vis = cc.n_entries(t1)
+        lo = t0 - L + 1
+        qb = q[:, t0:t1]
+        if sink is not None:
+            qb = torch.cat([qb, sink_channel.expand(batch, t1 - t0, n_heads, 1)], dim=-1)
+        kb = keys.with_local(n_vis, k, lo, t1)
+        vb = values.with_local(n_vis, v, lo, t1)
+        mask = _block_mask(cc, t0, t1, n_vis, s0, L, q.device, q.dtype)
+        z = F.scaled_dot_product_attention(qb.transpose(1, 2), kb, vb, attn_mask=mask, scale=scale,
+                                           enable_gqa=kv_heads != n_heads)
+        out[:, t0:t1] = z[..., :d].transpose(1, 2)
+        keys.restore(n_vis, t1 - lo)
+        values.restore(n_vis, t1 - lo)
+    return out
 
 
-@functools.lru_cache(maxsize=16)
-def _block_mask(cc: CompressionConfig, seq_len: int, block: int, b0: int, b1: int, n: int, device, dtype) -> Tensor:
-    """Additive mask (0 or -inf) for blocks b0..b1-1 reading the first n entries and their local
-    spans; cached so layers with the same config share it."""
-    L = cc.local_length()
-    span = block + L - 1
-    t = torch.arange(b0 * block, b1 * block, device=device).view(b1 - b0, block, 1)
-    first_local = (torch.arange(b0, b1, device=device) * block - (L - 1)).view(-1, 1, 1)
-    allowed = torch.cat(
-        [
-            (entry_ends(cc, seq_len, device)[:n].view(1, 1, n) <= t).expand(b1 - b0, block, n),
-            local_key_mask(cc, t, first_local + torch.arange(span, device=device)),
-        ],
-        dim=-1,
-    )
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
-    return mask[:, None]
+class _KeyBuffer:
+    """Keys (or values) of one layer laid out [batch, kv_head, s0 + entries + span, d (+1 with a
+    sink)]: entries are written once; each query block writes its local positions right after its
+    visible entries, reads the prefix, then puts back the entries it overwrote. Under autograd the
+    block's keys are concatenated instead, since SDPA keeps its inputs for the backward."""
+
+    def __init__(self, e: Tensor, s0: int, span: int):
+        batch, n, kv_heads, d = e.shape
+        self.e, self.s0, self.d = e, s0, d
+        self.grad = torch.is_grad_enabled() and e.requires_grad
+        self.buf = e.new_zeros(batch, kv_heads, s0 + (0 if self.grad else n + span), d + s0)
+        if not self.grad:
+            self.buf[:, :, s0:s0 + n, :d] = e.transpose(1, 2)
+
+    def with_local(self, n_vis: int, x: Tensor, lo: int, t1: int) -> Tensor:
+        local = F.pad(x[:, max(lo, 0):t1], (0, self.s0, 0, 0, max(-lo, 0), 0)).transpose(1, 2)
+        end = self.s0 + n_vis
+        if self.grad:
+            entries = F.pad(self.e[:, :n_vis].transpose(1, 2), (0, self.s0))
+            return torch.cat([self.buf, entries, local], dim=2)
+        self.buf[:, :, end:end + local.shape[2]] = local
+        return self.buf[:, :, :end + local.shape[2]]
+
+    def restore(self, n_vis: int, width: int) -> None:
+        if self.grad:
+            return
+        n = self.e.shape[1]
+        stop = min(n_vis + width, n)
+        self.buf[:, :, self.s0 + n_vis:self.s0 + stop, :self.d] = self.e[:, n_vis:stop].transpose(1, 2)
+
+
+def _block_mask(cc: CompressionConfig, t0: int, t1: int, n_vis: int, s0: int, L: int, device, dtype) -> Tensor:
+    """Additive mask (0 or -inf) [t1 - t0, s0 + n_vis + t1 - t0 + L - 1] of queries t0..t1-1:
+    the sink key, the visible entries (all but the newest few are visible to every query), the
+    block's local span."""
+    t = torch.arange(t0, t1, device=device)[:, None]
+    first = cc.n_entries(t0)  # entries complete before t0: visible to the whole block
+    ends = entry_ends(cc, t1, device)[first:n_vis]
+    local = torch.arange(t0 - L + 1, t1, device=device)
+    allowed = torch.cat([ends[None, :] <= t, local_key_mask(cc, t, local[None, :])], dim=1)
+    mask = torch.zeros(t1 - t0, s0 + n_vis + local.shape[0], dtype=dtype, device=device)
+    mask[:, s0 + first:].masked_fill_(~allowed, float("-inf"))
+    return mask
 
 
 def key_positions(cc: CompressionConfig, seq_len: int, query: int, key: int) -> list[int]:

@@ -1,0 +1,161 @@
+"""The toolkit at the paper's scale: phase sweep and KV-head knockout map on a model of Qwen3-0.6B
+geometry (28 layers, d_model 1024, 16 query heads, 8 KV heads of 128, SwiGLU 3072, theta 1e6)
+with random weights, compressed against its full-attention twin, side by side in one run.
+
+    python benchmarks/scale.py --out benchmarks/results/scale.json              # CPU, T = 4096, bfloat16
+    python benchmarks/scale.py --device cuda --seq-lens 32768 131072 --out benchmarks/results/scale_gpu.json
+
+Kinds: "w8s8" (W8/S8 entries and a 128-token local window in every layer), "csa" (DeepSeek-V4's
+CSA layout, W8/S4 with 128 local tokens and a sink) and "full" (the twin). The vocabulary is the
+task's (2048 tokens), not Qwen3's 151,936: the unembedding would otherwise dominate a forward and
+say nothing about attention. Per kind, in its own process: one clean forward over the sweep
+batch (the unit of cost), the phase sweep, the knockout map cold (its calibration forward
+included) and warm (the calibration cached by `calibrate_cached`), each as a ratio to the clean
+forward, and the peak memory of the clean forward. With random weights the accuracies are at
+chance: this measures cost, not phase effects. On CPU the time is the process's CPU time on one
+thread; the kinds' ratios to their full twin are in `ratios_vs_full`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from phaseinterp import CompressionConfig, HookedCompressedTransformer, ModelConfig, __version__
+from phaseinterp.config import uniform_schedule
+from phaseinterp.presets import DEEPSEEK_CSA
+
+VOCAB = 2048
+LOCAL = 128
+SPECS = {
+    "w8s8": CompressionConfig(window=8, stride=8, local_window=LOCAL),
+    "csa": dataclasses.replace(DEEPSEEK_CSA, local_window=LOCAL),
+    "full": "full",
+}
+
+
+def geometry(kind: str, n_ctx: int) -> ModelConfig:
+    return ModelConfig(vocab_size=VOCAB, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8, d_head=128, d_mlp=3072,
+                       rope_theta=1_000_000.0, n_ctx=n_ctx, tie_embeddings=True, layers=uniform_schedule(28, SPECS[kind]))
+
+
+class Clock:
+    """CPU time of this process on CPU (one thread; other processes disturb it less than wall
+    time), wall time on CUDA (synchronized)."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def __call__(self, fn):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        start, cpu = time.perf_counter(), time.process_time()
+        out = fn()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            return time.perf_counter() - start, out
+        return time.process_time() - cpu, out
+
+
+def peak_bytes(device: str) -> int:
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def measure(kind: str, seq_len: int, n_per_residue: int, dtype: str, device: str, n_boot: int) -> dict:
+    from phaseinterp.interventions import clear_calibrations, knockout_map
+    from phaseinterp.measure import phase_sweep
+    from phaseinterp.tasks import RecordLookup
+
+    if device == "cpu":
+        torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = HookedCompressedTransformer(geometry(kind, seq_len), seed=0).to(device=device, dtype=getattr(torch, dtype)).eval()
+    task = RecordLookup(vocab_size=VOCAB, n_records=256, n_demos=8, seq_len=seq_len)
+    batch = task.sample(n_per_residue, 8, seed=0)
+    calib_batch = task.sample(n_per_residue, 8, seed=0, split="calibration")
+    clock = Clock(device)
+    with torch.no_grad():
+        model(batch.tokens[:1, :256].to(device))  # loads kernels once
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        base = peak_bytes(device)
+        clean_s, _ = clock(lambda: model(batch.tokens.to(device)))
+        peak = peak_bytes(device) - base
+    sweep_s, curve = clock(lambda: phase_sweep(model, batch, batch_size=len(batch), progress=False, n_boot=n_boot, n_perm=n_boot))
+    clear_calibrations()
+    cold_s, kmap = clock(lambda: knockout_map(model, batch, calib_batch, n_boot=n_boot))
+    warm_s, _ = clock(lambda: knockout_map(model, batch, calib_batch, n_boot=n_boot))
+    calib_s = cold_s - warm_s  # the calibration forward the warm map skipped
+    return {
+        "kind": kind, "seq_len": seq_len, "rows": len(batch), "dtype": dtype, "device": device,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "seconds": {"clean_forward": clean_s, "phase_sweep": sweep_s, "knockout_map_cold": cold_s,
+                    "knockout_map_warm": warm_s, "calibration": calib_s},
+        "ratio_to_clean_forward": {"phase_sweep": sweep_s / clean_s, "knockout_map_cold": cold_s / clean_s,
+                                   "knockout_map_warm": warm_s / clean_s, "calibration": calib_s / clean_s},
+        "peak_bytes_clean_forward": int(peak),
+        "units": int(kmap.values.shape[0] * kmap.values.shape[1]) if kmap.values.ndim == 3 else None,
+        "mean_accuracy": float(curve.mean),
+    }
+
+
+def run_isolated(kind: str, args: argparse.Namespace, seq_len: int) -> dict:
+    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import scale as s; "
+            f"print(json.dumps(s.measure({kind!r}, {seq_len}, {args.n_per_residue}, {args.dtype!r}, {args.device!r}, "
+            f"{args.n_boot})))")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}  # RSS follows live tensors (see attention.py)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if out.returncode != 0:  # e.g. the full twin out of memory at 128k: recorded, not fatal
+        return {"kind": kind, "seq_len": seq_len, "error": out.stderr.strip().splitlines()[-1][:300]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=[4096])
+    parser.add_argument("--kinds", nargs="+", default=list(SPECS), choices=list(SPECS))
+    parser.add_argument("--n-per-residue", type=int, default=1, help="examples per residue (8 residues)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--n-boot", type=int, default=200)
+    parser.add_argument("--out", default="benchmarks/results/scale.json")
+    args = parser.parse_args()
+    rows = []
+    for seq_len in args.seq_lens:
+        for kind in args.kinds:
+            row = run_isolated(kind, args, seq_len)
+            rows.append(row)
+            print(json.dumps({k: row.get(k) for k in ("kind", "seq_len", "seconds", "ratio_to_clean_forward",
+                                                       "peak_bytes_clean_forward", "error")}), flush=True)
+    full = {r["seq_len"]: r for r in rows if r["kind"] == "full" and "error" not in r}
+    for r in rows:
+        twin = full.get(r["seq_len"])
+        if r["kind"] != "full" and twin is not None and "error" not in r:
+            r["ratios_vs_full"] = {
+                "clean_forward_time": r["seconds"]["clean_forward"] / twin["seconds"]["clean_forward"],
+                "phase_sweep_time": r["seconds"]["phase_sweep"] / twin["seconds"]["phase_sweep"],
+                "knockout_map_cold_time": r["seconds"]["knockout_map_cold"] / twin["seconds"]["knockout_map_cold"],
+                "peak_memory": r["peak_bytes_clean_forward"] / max(twin["peak_bytes_clean_forward"], 1),
+            }
+    result = {"benchmark": "scale", "device": args.device, "dtype": args.dtype, "torch": torch.__version__,
+              "phaseinterp": __version__, "python": platform.python_version(),
+              "threads": 1 if args.device == "cpu" else None, "n_per_residue": args.n_per_residue,
+              "target": {"knockout_map_cold_ratio": 1.5}, "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
