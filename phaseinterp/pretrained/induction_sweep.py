@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
@@ -32,7 +32,7 @@ def compression_settings(window: int, layers: Sequence[int] | None, *, local: in
 
     Example:
         >>> [s.name for s in compression_settings(4, None)][::3]
-        ['W4/S4 mean@post L16', 'W4/S4 mean@last L16', 'W4/S4 score@last L16']
+        ['W4/S4 mean@post L16', 'W4/S4 mean@last L16', 'W4/S4 score@centre L16', 'W4/S4 evict3@post L16']
     """
     base = dict(window=window, stride=window, local=local, sink=sink, layers=None if layers is None else tuple(layers))
     out = [KVCompression(rule=rule, anchor=anchor, **base) for rule in ("mean", "score")
@@ -117,7 +117,7 @@ def sweep_row(correct: Bool[Tensor, " row"], clean: Bool[Tensor, " row"], batch:
 
 
 def layer_screen(model: torch.nn.Module, batch: PhaseBatch, spec: KVCompression, clean: Bool[Tensor, " row"]
-                 ) -> Int[np.ndarray, " layer"] | np.ndarray:
+                 ) -> Float[np.ndarray, " layer"]:
     """Induction accuracy change (points) when only layer l is compressed by `spec`, for every layer."""
     n_layers = len(model.model.layers)
     base = float(clean.float().mean())

@@ -38,8 +38,7 @@ SCREEN_SPEC = KVCompression(8, 8, "mean", "post")
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from phaseinterp.backends.smollm2 import load_smollm2, smollm2_backend
-    from phaseinterp.interventions import knockout_map
+    from phaseinterp.backends.smollm2 import load_smollm2
 
     torch.manual_seed(args.seed)
     t0 = time.time()
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     batch = induction_batch(args.prompts, args.length, 2, seed=args.seed)
     clean = induction_correct(model, batch)
     rows = [sweep_row(clean, clean, batch, W, None, n_boot=args.n_boot, n_perm=args.n_perm).to_dict() | {"grid": "baseline"}
-            for W in args.windows]
+            for W in sorted(set(args.windows) | {8})]  # 8: the single-layer grid's stride
     log("clean", float(clean.float().mean()))
     grids = [(f"layers {layers}", W, layers) for W in args.windows] + [(f"layer {worst_layer}", 8, [worst_layer])]
     grids += [("all layers", W, None) for W in args.windows[:1]] if args.all_layers_control else []
@@ -74,29 +73,65 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         | {"grid": grid})
             log(grid, spec.name, f"{100 * rows[-1]['mean']:.1f}%", rows[-1]["verdict"])
 
-    single = [r for r in rows if r["grid"] == f"layer {worst_layer}"]
-    chosen_row = max(single, key=lambda r: r["mean"])
-    ko_spec = KVCompression(**chosen_row["spec"])
-    fb = induction_final_batch(args.ko_per_residue, args.ko_len, 16, min_distance=args.ko_distance, seed=args.seed + 1)
-    calib = induction_final_batch(args.ko_per_residue, args.ko_len, 16, min_distance=args.ko_distance, seed=args.seed + 2)
-    compress_attention(model, ko_spec)
+    result = {"rows": rows, "screen": {"spec": spec0.to_dict(), "drop_pp": drops.tolist(), "layers": layers,
+                                       "worst_layer": worst_layer, "threshold_pp": args.screen_drop,
+                                       "clean": float(screen_clean.float().mean())},
+              "settings": {k: v for k, v in vars(args).items() if k not in ("out", "verbose")},
+              "command": "python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:]),
+              "cpu_time_s": time.time() - t0, "versions": versions()}
+    result["knockout"] = knockout(model, result, args)
+    log("knockout done")
+    return result
+
+
+def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """KV-head knockout map (absolute change) on the single-layer setting with the highest mean
+    accuracy, over `--ko-layers` (default: the induction layers), residues mod `--ko-modulus`."""
+    from phaseinterp.backends.smollm2 import smollm2_backend
+    from phaseinterp.interventions import knockout_map
+
+    t0 = time.time()
+    single = [r for r in result["rows"] if r["grid"] == f"layer {result['screen']['worst_layer']}"]
+    spec = KVCompression(**max(single, key=lambda r: r["mean"])["spec"])
+    layers = args.ko_layers or result["screen"]["layers"]
+    make = lambda seed: induction_final_batch(args.ko_per_residue, args.ko_len, args.ko_modulus,  # noqa: E731
+                                              min_distance=args.ko_distance, seed=seed)
+    batch, calib = make(args.seed + 1), make(args.seed + 2)
+    compress_attention(model, spec)
     try:
-        kmap = knockout_map(smollm2_backend(model), fb, calib, level="kv_head", layers=layers, n_boot=args.n_boot,
-                            max_rows=2 * len(fb), label=f"SmolLM2 {ko_spec.name} layers {ko_spec.layers}")
+        kmap = knockout_map(smollm2_backend(model), batch, calib, level="kv_head", layers=layers, n_boot=args.n_boot,
+                            max_rows=2 * len(batch), label=f"SmolLM2 {spec.name} layers {spec.layers}")
     finally:
         restore_attention(model)
-    log("knockout done")
-    return {"rows": rows, "screen": {"spec": spec0.to_dict(), "drop_pp": drops.tolist(), "layers": layers,
-                                     "worst_layer": worst_layer, "threshold_pp": args.screen_drop,
-                                     "clean": float(screen_clean.float().mean())},
-            "knockout": {"setting": ko_spec.name, "spec": ko_spec.to_dict(), "map": kmap.to_dict()},
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "verbose")},
-            "command": "python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:]),
-            "cpu_time_s": time.time() - t0, "versions": versions()}
+    return {"setting": spec.name, "spec": spec.to_dict(), "map": kmap.to_dict(), "cpu_time_s": time.time() - t0,
+            "settings": {k: getattr(args, k) for k in ("ko_per_residue", "ko_len", "ko_modulus", "ko_distance", "ko_layers")},
+            "command": "python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:])}
 
 
 def _ci(lo_hi) -> str:
     return f"[{lo_hi[0]:.1f}, {lo_hi[1]:.1f}]"
+
+
+def summary(result: dict[str, Any]) -> list[str]:
+    """Bullet points computed from the rows (never hand-edited): per grid, the accuracy range, the
+    settings whose effect is periodic with period S, and the best worst-phase accuracy."""
+    out = ["## Summary (computed from the tables below)", ""]
+    base = {r["stride"]: r for r in result["rows"] if r["grid"] == "baseline"}
+    for S, r in base.items():
+        out.append(f"- Uncompressed, residues mod {2 * S}: mean {100 * r['mean']:.1f}%, worst {100 * r['worst']:.1f}%, "
+                   f"gap {r['gap_pp']:.1f} pp {_ci(r['gap_ci_pp'])}; {r['verdict']}.")
+    for grid in dict.fromkeys(r["grid"] for r in result["rows"] if r["grid"] != "baseline"):
+        rows = [r for r in result["rows"] if r["grid"] == grid]
+        periodic = [r["setting"] for r in rows if r["verdict"].endswith(f"consistent with period {r['stride']}")
+                    and r["dominant_period"] in (r["stride"], None) and r["p_phase"] < 0.05]
+        best = max(rows, key=lambda r: r["worst"])
+        ref = base.get(rows[0]["stride"])
+        ref_text = f" (uncompressed {100 * ref['mean']:.1f}%)" if ref else ""
+        out.append(f"- {grid}: mean accuracy {100 * min(r['mean'] for r in rows):.1f}-"
+                   f"{100 * max(r['mean'] for r in rows):.1f}% over {len(rows)} settings{ref_text}; phase effect "
+                   f"consistent with period S in {len(periodic)}: {', '.join(periodic) or 'none'}; highest "
+                   f"worst-residue accuracy: {best['setting']} ({100 * best['worst']:.1f}%).")
+    return out
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -117,6 +152,7 @@ def markdown(result: dict[str, Any]) -> str:
            + ", ".join(f"L{i} {d:+.0f}" for i, d in enumerate(sc["drop_pp"]))
            + f". Induction layers (drop >= {sc['threshold_pp']} pp): {sc['layers']}; worst single layer: "
            f"{sc['worst_layer']}.", ""]
+    out += summary(result) + [""]
     header = ("| setting | mean % [CI] | delta pp [CI] | worst % (r) | best % (r) | gap pp [CI] | dominant period | "
               "verdict | accuracy % by phase 0..S-1 |\n|" + "---|" * 9)
     for grid in dict.fromkeys(r["grid"] for r in result["rows"]):
@@ -133,9 +169,12 @@ def markdown(result: dict[str, Any]) -> str:
     m = k["map"]
     vals, lo, hi = (np.array(m[x], dtype=float) for x in ("values", "lo", "hi"))
     clean = m["clean"]["accuracy"]
+    ks = k.get("settings", s)
+    made = f" Made by `{k['command']}`." if k.get("command") and k["command"] != result["command"] else ""
     out += [f"## KV-head knockout on {k['setting']} (layers {k['spec']['layers']})", "",
-            f"Mean replacement at the final position, final-position induction prompts of {s['ko_len']} tokens "
-            f"(target at least {s['ko_distance']} tokens before the query), {s['ko_per_residue']} per residue mod 16; "
+            f"Mean replacement at the final position, final-position induction prompts of {ks['ko_len']} tokens "
+            f"(target at least {ks['ko_distance']} tokens before the query), {ks['ko_per_residue']} per residue "
+            f"mod {ks.get('ko_modulus', 16)}; KV heads of layers {m['coords']['layer']}.{made} "
             "absolute change in points with 95% paired bootstrap intervals. Clean accuracy by residue (%): "
             + " ".join(f"{100 * a:.0f}" for a in clean) + ".", "",
             "| KV head | mean change pp | largest drop pp [CI] (residue) | residues with CI below 0 |", "|---|---|---|---|"]
@@ -161,14 +200,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--screen-prompts", type=int, default=4)
     p.add_argument("--screen-drop", type=float, default=20.0)
     p.add_argument("--all-layers-control", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--ko-per-residue", type=int, default=4)
+    p.add_argument("--ko-per-residue", type=int, default=16)
+    p.add_argument("--ko-modulus", type=int, default=8)
+    p.add_argument("--ko-layers", type=int, nargs="+", default=None, help="default: the induction layers")
     p.add_argument("--ko-len", type=int, default=64)
     p.add_argument("--ko-distance", type=int, default=24)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--n-perm", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--render-only", action="store_true", help="rewrite smollm2.md from an existing smollm2.json")
+    p.add_argument("--knockout-only", action="store_true", help="redo the knockout of an existing smollm2.json")
     args = p.parse_args(argv)
+    if args.knockout_only:  # redo the knockout on the sweep of an existing smollm2.json
+        from phaseinterp.backends.smollm2 import load_smollm2
+
+        result = json.loads((args.out / "smollm2.json").read_text())
+        result["knockout"] = knockout(load_smollm2()[0], result, args)
+        (args.out / "smollm2.json").write_text(dumps(result))
+    if args.render_only or args.knockout_only:
+        (args.out / "smollm2.md").write_text(markdown(json.loads((args.out / "smollm2.json").read_text())))
+        print(f"wrote {args.out / 'smollm2.md'}")
+        return
     result = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "smollm2.json").write_text(dumps(result))
