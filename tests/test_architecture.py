@@ -19,7 +19,7 @@ FLOORS = [
     ("interventions", ["phaseinterp.interventions"]),
     ("analysis", ["phaseinterp.analysis", "phaseinterp.flip"]),
     ("plot", ["phaseinterp.plot"]),
-    ("experiments", ["phaseinterp.train", "phaseinterp.theory", "phaseinterp.mitigate"]),
+    ("experiments", ["phaseinterp.train", "phaseinterp.theory", "phaseinterp.mitigate", "phaseinterp.pretrained"]),
     ("report", ["phaseinterp.report", "phaseinterp.commands", "phaseinterp.cli"]),
 ]
 

@@ -12,7 +12,7 @@ def test_quick_report_has_every_section_and_no_failures(tmp_path, capsys):
     html = (tmp_path / "report.html").read_text()
     for title in ("Phase curves of the shipped checkpoints", "Knockout specialization maps", "Compression gates",
                   "Theory: gradient flow", "DeepSeek-V4 through nnsight", "Mitigations: toward phase-uniform",
-                  "Provenance"):
+                  "A pretrained model: training-free KV compression", "Provenance"):
         assert title in html
     assert "This section failed" not in html
     assert len(html) > 3_000_000 and html.count("Plotly.newPlot") >= 8  # plotly.js inline: opens offline

@@ -7,9 +7,11 @@ from typing import Any
 import torch
 
 from phaseinterp.backends.base import Backend
+from phaseinterp.backends.compressed_hf import CompressedHFBackend
 from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend
 from phaseinterp.backends.hf import HFCausalLMBackend
 from phaseinterp.backends.hooked import HookedBackend
+from phaseinterp.backends.kv_compression import CompressedLlamaAttention
 from phaseinterp.model import HookedCompressedTransformer
 
 
@@ -34,6 +36,8 @@ def backend_for(model: Any, stride: int | None = None) -> Backend:
             raise ValueError(f"stride={stride} is invalid for DeepSeek-V4: allowed None (strides come from compress_rates)")
         return DeepseekV4Backend(model)
     if isinstance(model, torch.nn.Module) and hasattr(model, "config"):
+        if any(isinstance(m, CompressedLlamaAttention) for m in model.modules()):  # training-free compression
+            return CompressedHFBackend(model, stride=stride)
         return HFCausalLMBackend(model, stride=stride)
     raise ValueError(f"model of type {type(model).__name__} is invalid: allowed HookedCompressedTransformer, "
                      "a HF causal LM, or a Backend")

@@ -4,6 +4,7 @@ from phaseinterp._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(('PhaseBatch',), "batch"),
+    **dict.fromkeys(('induction_batch', 'induction_final_batch'), "induction"),
     **dict.fromkeys(('Geometry', 'MatchedTargets', 'default_modulus'), "layout"),
     **dict.fromkeys(('TokenPools',), "pools"),
     **dict.fromkeys(('PROTOCOLS', 'SPLITS', 'VARIANTS'), "names"),

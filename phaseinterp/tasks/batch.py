@@ -110,9 +110,10 @@ class PhaseBatch:
     def validate(self) -> PhaseBatch:
         """Check the invariants every generator must keep; return self.
 
-        Checks: residue == key_pos mod R; value_pos == key_pos + key_len; the answer is the
-        token at value_pos; the target record is one of `record_pos`; the query repeats the
-        target key (when the prompt has no template footer); positions lie inside the prompt.
+        Checks: residue == key_pos mod R (value_pos mod R when meta["residue_of"] says so);
+        value_pos == key_pos + key_len; the answer is the token at value_pos; the target record
+        is one of `record_pos`; the query repeats the target key (when the prompt has no template
+        footer); positions lie inside the prompt.
 
         Raises:
             ValueError: naming the first broken invariant.
@@ -120,7 +121,8 @@ class PhaseBatch:
         T = self.tokens.shape[1]
         rows = torch.arange(len(self))
         checks = {
-            "residue == key_pos % modulus": self.residue == self.key_pos % self.modulus,
+            # induction batches stratify by the copied token (meta residue_of="value_pos")
+            "residue == key_pos % modulus": self.residue == getattr(self, self.meta.get("residue_of", "key_pos")) % self.modulus,
             "value_pos == key_pos + key_len": self.value_pos == self.key_pos + self.key_len,
             "positions in [0, seq_len)": (self.key_pos >= 0) & (self.query_pos < T) & (self.value_pos < T),
             "tokens[value_pos] == answer": self.tokens[rows, self.value_pos] == self.answer,

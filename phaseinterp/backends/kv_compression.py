@@ -1,0 +1,302 @@
+"""Training-free chunked KV compression of a pretrained Llama-family model (SmolLM2, Llama, Qwen2...).
+
+`compress_attention(model, KVCompression(...))` replaces the attention of chosen layers by
+`CompressedLlamaAttention`, which reuses the layer's own projections (same parameters, no training)
+and attends, in one joint softmax, over
+
+- compressed entries: window j covers positions jS .. jS+W-1; its key and value entries pool the
+  layer's own keys and values over the window with weights a_{j,i} (i = 0..W-1); entry j is visible
+  to query t iff jS + W - 1 <= t (PAPER.md section 1: only complete windows), and
+- an exact local window: the last `local` tokens t-local+1 .. t (current included), as our
+  compressed model does (a token may be seen both exactly and inside an entry), and
+- optionally the first `sink` tokens exactly (attention sinks, as StreamingLLM keeps them), when
+  they are outside the local window.
+
+Pooling rules (the weights a_{j,i}, per KV head, shared by keys and values):
+
+- `mean`: a_{j,i} = 1/W.
+- `score`: the window's last query sees its window. With t_j = jS + W - 1 and G the query heads
+  reading KV head g, a_{j,i} = (1/G) sum_{h in G} softmax_i(<RoPE(q_h, t_j), RoPE(k_{jS+i}, jS+i)> / sqrt(d)):
+  the attention the query at the window's end (the moment the entry becomes visible, so causal)
+  gives each of the window's keys, restricted to the window, averaged over the group's heads.
+- `evict`: keep one token: a_{j,i} = 1 if i = `offset` else 0.
+
+Rotation anchor (where pooled keys get their position):
+
+- `post`: pool keys after RoPE (each rotated at its own position); nothing more.
+- `first`, `centre`, `last`: pool keys before RoPE, rotate the entry at jS, jS + (W-1)/2
+  (fractional for even W; RoPE is defined at any real position) or jS + W - 1.
+
+Values are never rotated. With W = S = 1, `local=0` and any anchor the layer equals the original
+attention (tested to float precision). A query that sees no key (`local=0`, before the first
+window completes) gets a zero attention output.
+
+Hook points (TransformerLens `HookPoint`s, names as in docs/hooks.md under `blocks.{l}.attn.`):
+`hook_k`, `hook_v` [batch, pos, kv_head, d_head] (keys before RoPE, values), `compress_k.hook_gate`,
+`compress_v.hook_gate` [batch, entry, offset, kv_head] (pool weights of the key and value branch;
+computed once, an edit of one branch changes only that branch), `compress_k.hook_out`,
+`compress_v.hook_out` [batch, entry, kv_head, d_head] (key entries before the anchor rotation,
+rotated keys for `post`; value entries), `hook_rot_entries` [batch, entry, kv_head, d_head] (keys
+attention reads), `hook_pattern` [batch, head, pos, key] (key axis: entries 0..n-1, then the sink
+slots 0..sink-1 (positions 0..sink-1), then local slot i = position t - local + 1 + i, as in
+`phaseinterp.model.key_positions`), `hook_z` [batch, pos, head, d_head].
+`hook_cache(model, tokens)` reads them by name without nnsight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens.hook_points import HookPoint
+
+RULES = ("mean", "score", "evict")
+ANCHORS = ("post", "first", "centre", "last")
+
+
+@dataclass(frozen=True)
+class KVCompression:
+    """Geometry and rule of a training-free compression.
+
+    Args:
+        window: W, tokens per entry (>= 1). stride: S, tokens between window starts (1..W).
+        rule: "mean", "score" or "evict" (module docstring). anchor: "post", "first", "centre" or "last".
+        offset: the kept offset for `evict` (0..W-1; default W - 1).
+        local: exact local window L (>= 0).
+        sink: first tokens always attended exactly (>= 0; 0: none).
+        layers: layers to compress (None: all).
+
+    Example:
+        >>> KVCompression(8, 8, "evict").kept_offset, KVCompression(4, 4, anchor="centre").name
+        (7, 'W4/S4 mean@centre L16')
+    """
+
+    window: int
+    stride: int
+    rule: str = "mean"
+    anchor: str = "post"
+    offset: int | None = None
+    local: int = 16
+    sink: int = 0
+    layers: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name, low in (("window", 1), ("stride", 1), ("local", 0), ("sink", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"{name}={v!r} is invalid: allowed an integer >= {low}")
+        if self.stride > self.window:
+            raise ValueError(f"stride={self.stride} is out of range: allowed 1..window={self.window} (gaps would drop tokens)")
+        if self.rule not in RULES:
+            raise ValueError(f"rule={self.rule!r} is invalid: allowed {list(RULES)}")
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"anchor={self.anchor!r} is invalid: allowed {list(ANCHORS)}")
+        if self.offset is not None and (self.rule != "evict" or isinstance(self.offset, bool)
+                                        or not isinstance(self.offset, int) or not 0 <= self.offset < self.window):
+            raise ValueError(f"offset={self.offset!r} is invalid: allowed None, or 0..{self.window - 1} with rule='evict'")
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(self.layers))
+
+    @property
+    def kept_offset(self) -> int:
+        return self.window - 1 if self.offset is None else self.offset
+
+    @property
+    def name(self) -> str:
+        rule = f"evict{self.kept_offset}" if self.rule == "evict" else self.rule
+        sink = f" sink{self.sink}" if self.sink else ""
+        return f"W{self.window}/S{self.stride} {rule}@{self.anchor} L{self.local}{sink}"
+
+    def n_entries(self, seq_len: int) -> int:
+        """Complete windows in a sequence of `seq_len` tokens."""
+        return 0 if seq_len < self.window else (seq_len - self.window) // self.stride + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "layers": None if self.layers is None else list(self.layers)}
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [batch, n, heads, d] rotated by cos/sin [batch or 1, n, d]."""
+    return x * cos[:, :, None] + _rotate_half(x) * sin[:, :, None]
+
+
+class _Branch(nn.Module):
+    """One compressor branch's hook points (`compress_k` / `compress_v`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_gate = HookPoint()
+        self.hook_out = HookPoint()
+
+
+class CompressedLlamaAttention(nn.Module):
+    """Drop-in replacement of a Llama-family attention module (see the module docstring).
+
+    Shares `q_proj`, `k_proj`, `v_proj`, `o_proj` with the module it replaces (same parameters,
+    same state_dict names); keeps the original for `restore_attention`. Full-sequence forwards only
+    (no KV cache: call the model with `use_cache=False`).
+    """
+
+    def __init__(self, original: nn.Module, spec: KVCompression, rotary: nn.Module) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (original.q_proj, original.k_proj,
+                                                              original.v_proj, original.o_proj)
+        self.spec = spec
+        self.head_dim = original.head_dim
+        self.group = original.num_key_value_groups
+        self.scaling = original.scaling
+        self.layer_idx = getattr(original, "layer_idx", None)
+        object.__setattr__(self, "original", original)  # not a submodule: parameters appear once
+        object.__setattr__(self, "rotary", rotary)
+        self.hook_k, self.hook_v = HookPoint(), HookPoint()
+        self.compress_k, self.compress_v = _Branch(), _Branch()
+        self.hook_rot_entries, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
+
+    def _cos_sin(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        return self.rotary(x, positions[None].to(x.device))
+
+    def pool_weights(self, q_rot: Float[Tensor, "batch pos head d_head"], k_rot: Float[Tensor, "batch pos kv_head d_head"],
+                     windows: Int[Tensor, "entry offset"]) -> Float[Tensor, "batch entry offset kv_head"]:
+        """a_{j,i} of the spec's rule, for the windows' positions."""
+        b, _, n_kv, _ = k_rot.shape
+        n, W = windows.shape
+        if self.spec.rule == "mean":
+            return k_rot.new_full((b, n, W, n_kv), 1.0 / W)
+        if self.spec.rule == "evict":
+            a = k_rot.new_zeros((b, n, W, n_kv))
+            a[:, :, self.spec.kept_offset] = 1.0
+            return a
+        q_end = q_rot[:, windows[:, -1]].unflatten(2, (n_kv, self.group))  # [b, n, kv, g, d]
+        keys = k_rot[:, windows]  # [b, n, W, kv, d]
+        scores = torch.einsum("bnkgd,bnwkd->bnkgw", q_end, keys) * self.scaling
+        return scores.softmax(-1).mean(3).permute(0, 1, 3, 2)
+
+    def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
+                attention_mask: Tensor | None = None, cache: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        if cache is not None or kwargs.get("past_key_values") is not None:
+            raise ValueError("a compressed layer runs full sequences only: call the model with use_cache=False")
+        spec, d = self.spec, self.head_dim
+        b, T, _ = hidden_states.shape
+        q = self.q_proj(hidden_states).view(b, T, -1, d)
+        k = self.hook_k(self.k_proj(hidden_states).view(b, T, -1, d))
+        v = self.hook_v(self.v_proj(hidden_states).view(b, T, -1, d))
+        cos, sin = position_embeddings
+        q_rot, k_rot = _rope(q, cos, sin), _rope(k, cos, sin)
+        n_kv = k.shape[2]
+        n = spec.n_entries(T)
+        dev = hidden_states.device
+        windows = (torch.arange(n, device=dev)[:, None] * spec.stride + torch.arange(spec.window, device=dev))
+        a = self.pool_weights(q_rot, k_rot, windows)
+        # branch order k then v (gate, then entries): the order nnsight must visit them in
+        pooled_from = k_rot if spec.anchor == "post" else k
+        a_k = self.compress_k.hook_gate(a)
+        k_ent = self.compress_k.hook_out(torch.einsum("bnwk,bnwkd->bnkd", a_k, pooled_from[:, windows]))
+        a_v = self.compress_v.hook_gate(a.clone())
+        v_ent = self.compress_v.hook_out(torch.einsum("bnwk,bnwkd->bnkd", a_v, v[:, windows]))
+        if spec.anchor != "post":
+            shift = {"first": 0.0, "centre": (spec.window - 1) / 2, "last": float(spec.window - 1)}[spec.anchor]
+            anchor = windows[:, 0].to(cos.dtype) + shift
+            k_ent = _rope(k_ent, *self._cos_sin(k_ent, anchor))
+        k_ent = self.hook_rot_entries(k_ent)
+        # joint key axis: n entries, then local slot i = position t - L + 1 + i
+        L = spec.local
+        t = torch.arange(T, device=dev)
+        local_pos = t[:, None] - L + 1 + torch.arange(L, device=dev)
+        sink_pos = torch.arange(spec.sink, device=dev).expand(T, -1)  # shown only when outside the local window
+        mask = torch.cat([(windows[:, -1][None] <= t[:, None]), sink_pos < t[:, None] - L + 1, local_pos >= 0], 1)
+        lp = torch.cat([sink_pos, local_pos], 1).clamp(min=0)  # [T, sink + L] exact slots
+        qg = q_rot.unflatten(2, (n_kv, self.group))  # [b, T, kv, g, d]
+        s_ent = torch.einsum("btkgd,bnkd->bkgtn", qg, k_ent)
+        s_loc = torch.einsum("btkgd,btlkd->bkgtl", qg, k_rot[:, lp])
+        scores = (torch.cat([s_ent, s_loc], -1) * self.scaling).flatten(1, 2)  # [b, head, T, n + L]
+        scores = scores.masked_fill(~mask, float("-inf"))
+        # a query that sees nothing (local=0, before the first window completes) attends to nothing
+        pattern = self.hook_pattern(scores.softmax(-1).nan_to_num(0.0))
+        p_ent, p_loc = pattern[..., :n].unflatten(1, (n_kv, self.group)), pattern[..., n:].unflatten(1, (n_kv, self.group))
+        z = torch.einsum("bkgtn,bnkd->btkgd", p_ent, v_ent) + torch.einsum("bkgtl,btlkd->btkgd", p_loc, v[:, lp])
+        z = self.hook_z(z.flatten(2, 3))
+        return self.o_proj(z.reshape(b, T, -1)), None
+
+
+def _layers(model: nn.Module) -> nn.ModuleList:
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a Llama-family HF causal LM "
+                         "(model.model.layers and model.model.rotary_emb)")
+    return inner.layers
+
+
+def compressed_layers(model: nn.Module) -> dict[int, CompressedLlamaAttention]:
+    """{layer: wrapper} of the layers `compress_attention` replaced."""
+    return {i: blk.self_attn for i, blk in enumerate(_layers(model)) if isinstance(blk.self_attn, CompressedLlamaAttention)}
+
+
+def restore_attention(model: nn.Module) -> nn.Module:
+    """Put the original attention modules back (undoes `compress_attention`)."""
+    for i, attn in compressed_layers(model).items():
+        _layers(model)[i].self_attn = attn.original
+    return model
+
+
+def compress_attention(model: nn.Module, spec: KVCompression) -> nn.Module:
+    """Replace the attention of `spec.layers` (default all) by `CompressedLlamaAttention`, in place
+    (earlier compression is undone first). Returns the model.
+
+    Raises:
+        ValueError: a layer index outside 0..n_layers-1, or a model that is not Llama-family.
+    """
+    layers = _layers(model)
+    restore_attention(model)
+    chosen = range(len(layers)) if spec.layers is None else spec.layers
+    for i in chosen:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(layers):
+            raise ValueError(f"layer={i!r} is out of range: allowed 0..{len(layers) - 1}")
+    for i in chosen:
+        layers[i].self_attn = CompressedLlamaAttention(layers[i].self_attn, spec, model.model.rotary_emb)
+    return model
+
+
+def hook_cache(model: nn.Module, tokens: Int[Tensor, "batch pos"],
+               names: Sequence[str] | Callable[[str], bool] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """Logits and the activations of the compressed layers' hook points, keyed
+    `blocks.{l}.attn.<hook>` (e.g. `blocks.3.attn.compress_k.hook_gate`), like `run_with_cache`.
+
+    Args:
+        names: the names to keep (a list or a predicate); None keeps all.
+
+    Raises:
+        ValueError: a listed name that no compressed layer has (the closest ones are named).
+    """
+    found = {f"blocks.{l}.attn.{n}": m for l, attn in compressed_layers(model).items()
+             for n, m in attn.named_modules() if isinstance(m, HookPoint)}
+    if names is None:
+        keep = list(found)
+    elif callable(names):
+        keep = [n for n in found if names(n)]
+    else:
+        missing = [n for n in names if n not in found]
+        if missing:
+            import difflib
+
+            close = difflib.get_close_matches(missing[0], list(found), n=5, cutoff=0.5)
+            raise ValueError(f"hook name {missing[0]!r} is not available; closest: {close}")
+        keep = list(names)
+    store: dict[str, Tensor] = {}
+    handles = [found[n].register_forward_hook(lambda mod, inp, out, n=n: store.__setitem__(n, out.detach()))
+               for n in keep]
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=tokens, use_cache=False).logits
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, store
