@@ -41,7 +41,8 @@ def test_effective_offsets_lie_in_one_to_w(W, n, alpha, seed):
     a = torch.distributions.Dirichlet(torch.full((W,), alpha)).sample((n, 3))  # [window, channel, offset]
     static, per = effective_offsets(a.movedim(-1, 1))
     assert static.shape == per.shape == (3,)
-    assert ((static >= 1 - 1e-9) & (static <= W + 1e-9)).all() and ((per >= 1 - 1e-9) & (per <= W + 1e-9)).all()
+    tol = 1e-5 * W  # exp(entropy) in float32: a uniform gate gives W up to rounding
+    assert ((static >= 1 - tol) & (static <= W + tol)).all() and ((per >= 1 - tol) & (per <= W + tol)).all()
 
 
 def test_statistics_and_profiles_of_vector_and_csa_gates():
