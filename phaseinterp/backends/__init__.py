@@ -17,9 +17,10 @@ from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend  # noqa: E402
 from phaseinterp.backends.edits import Edit, Replace, SetEntries, SetGate  # noqa: E402
 from phaseinterp.backends.hf import HFCausalLMBackend  # noqa: E402
 from phaseinterp.backends.hooked import HookedBackend  # noqa: E402
+from phaseinterp.backends.nsa import NSABackend  # noqa: E402
 from phaseinterp.backends.load import backend_for, load_pretrained  # noqa: E402
 from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Read, Unit  # noqa: E402
 
 __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "DeepseekV4Backend", "Edit", "HFCausalLMBackend",
-           "HookedBackend", "Read", "Replace", "SetEntries", "SetGate", "UNIT_KINDS", "Unit", "backend_for",
+           "HookedBackend", "NSABackend", "Read", "Replace", "SetEntries", "SetGate", "UNIT_KINDS", "Unit", "backend_for",
            "load_pretrained"]
