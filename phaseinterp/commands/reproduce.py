@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from phaseinterp.report.mitigations import mitigation_section
+    from phaseinterp.report.nsa import nsa_section
     from phaseinterp.report.zoo import zoo_section
     from phaseinterp.measure.provenance import versions
     from phaseinterp.report import write_report
@@ -186,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         ("deepseek-v4", lambda: deepseek(args.quick)),
         ("mitigations", mitigation_section),
         ("zoo", zoo_section),
+        ("nsa", nsa_section),
     ]
     from phaseinterp.report import Section
 
