@@ -15,6 +15,10 @@ S = 8; rows lengthened to place every residue):
 - selection frequency (`analysis.nsa_selection.selection_frequency`): how often the blocks holding
   the target key and its value are among the k chosen, per layer, KV head and residue.
 
+Each checkpoint's measurements are cached in `--cache` (default `runs/nsa_study_cache/NAME.json`,
+keyed by the checkpoint's digest and the settings), so a rerun after more runs have shipped only
+measures the new ones; `--fresh` ignores the cache.
+
 `assets/results/nsa_answer.md`, when present, is the hand-written answer to "does selection
 remove the weak phases, and at what k?" and is placed at the top of nsa.md (it cites the tables
 this command writes below it).
@@ -159,7 +163,12 @@ def _selection_table(sel: list[dict]) -> str:
             for which in ("key_block", "value_block", "either"):
                 lines.append(f"| {h} | {which.replace('_block', '')} | " + " | ".join(
                     f"{100 * x:.0f}" for x in s[which][h]) + " |")
-        out.append(head + "\n".join(lines) + "\n")
+        by_offset = np.asarray(s["by_offset"], dtype=float).mean(0)  # [residue, offset], mean over KV heads
+        head2 = ("\nBlock position chosen, relative to the key's block (mean over KV heads, % of queries; a row "
+                 "per offset):\n\n| offset | " + " | ".join(f"r{r}" for r in range(R)) + " |\n|" + "---|" * (R + 1) + "\n")
+        rows2 = [f"| {o:+d} | " + " | ".join(f"{100 * x:.0f}" for x in by_offset[:, i]) + " |"
+                 for i, o in enumerate(s["offsets"]) if by_offset[:, i].max() >= 0.01]
+        out.append(head + "\n".join(lines) + "\n" + head2 + "\n".join(rows2) + "\n")
     return "\n".join(out)
 
 
@@ -212,10 +221,19 @@ def run(args: argparse.Namespace) -> list[dict]:
     if not cards:
         raise ValueError(f"no NSA checkpoint cards (*.json) in {str(args.checkpoints)!r}: train them first "
                          "(python scripts/train_nsa_zoo.py)")
+    from phaseinterp.checkpoint import read_metadata
+
+    settings = {"n_per_residue": args.n_per_residue, "n_interv": args.n_interv, "n_boot": args.n_boot, "n_perm": args.n_perm}
     results = []
     for card in cards:
-        results.append(study_checkpoint(card, n_per_residue=args.n_per_residue, n_interv=args.n_interv,
-                                        n_boot=args.n_boot, n_perm=args.n_perm))
+        key = {"digest": read_metadata(card.with_suffix(".safetensors")).get("digest"), **settings}
+        cached = args.cache / card.name
+        if not args.fresh and cached.is_file() and json.loads(cached.read_text()).get("key") == key:
+            results.append(json.loads(cached.read_text())["result"])
+        else:
+            results.append(jsonable(study_checkpoint(card, **settings)))
+            args.cache.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps({"key": key, "result": results[-1]}) + "\n")
         c = results[-1]["curves"][0]
         print(f"{results[-1]['model']:20s} mean {c['mean']:.3f} worst {c['worst']:.3f} gap {c['gap_pp']:5.1f} pp "
               f"period {c['dominant_period']}", flush=True)
@@ -236,10 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--checkpoints", type=Path, default=Path("assets/checkpoints/nsa"))
     p.add_argument("--out", type=Path, default=Path("assets/results"))
-    p.add_argument("--n-per-residue", type=int, default=256, help="logical examples per residue of the phase curves")
-    p.add_argument("--n-interv", type=int, default=128, help="logical examples per residue of knockouts and selection")
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--n-perm", type=int, default=2000)
+    p.add_argument("--n-per-residue", type=int, default=128, help="logical examples per residue of the phase curves")
+    p.add_argument("--n-interv", type=int, default=64, help="logical examples per residue of knockouts and selection")
+    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--n-perm", type=int, default=1000)
+    p.add_argument("--cache", type=Path, default=Path("runs/nsa_study_cache"), help="per-checkpoint results")
+    p.add_argument("--fresh", action="store_true", help="measure every checkpoint again (ignore the cache)")
     run(p.parse_args(argv))
     return 0
 

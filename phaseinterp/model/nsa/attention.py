@@ -32,7 +32,7 @@ import io
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from phaseinterp.model.hook_point import HookPoint
@@ -200,11 +200,4 @@ class NSAAttention(nn.Module):
         return nsa.combine_heads(z.reshape(b, T, H * d))
 
 
-def selection_counts(indices: Int[Tensor, "batch pos kv_head k"], n_blocks: int) -> Int[Tensor, "batch pos kv_head block"]:
-    """How often each block is chosen (0 or 1 per query and KV head; -1 picks ignored)."""
-    onehot = torch.zeros(*indices.shape[:3], n_blocks + 1, dtype=torch.long, device=indices.device)
-    onehot.scatter_(-1, torch.where(indices >= 0, indices, n_blocks), 1)
-    return onehot[..., :n_blocks]
-
-
-__all__ = ["BRANCHES", "INSTALL_HINT", "NSAAttention", "compressed_visible", "require_nsa", "selection_counts"]
+__all__ = ["BRANCHES", "INSTALL_HINT", "NSAAttention", "compressed_visible", "require_nsa"]
