@@ -24,10 +24,9 @@ from phaseinterp.interventions.stats import by_residue, paired_bootstrap_relativ
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
+from phaseinterp.model.nsa.attention import BRANCHES  # NSA's branches, in the order of its gates
 from phaseinterp.tasks import PhaseBatch
 
-#: NSA's branches, in the order of its gates.
-BRANCHES = ("compress", "select", "sliding")
 POSITIONS = ("all", "final")
 
 

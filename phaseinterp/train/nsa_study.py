@@ -139,6 +139,33 @@ def _by_config(results: list[dict]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def _mechanism_table(results: list[dict]) -> str:
+    """Per model: last-layer branch knockouts (mean over residues) and, with selection, how often the
+    last layer's chosen blocks include the target key's block (mean, worst residue) against chance
+    (k of the blocks visible at the query), and the key-or-value block at the boundary phase S - 1."""
+    head = ("| model | k | last layer: zero compress / select / sliding (mean pp) | key block chosen % (mean) | "
+            "worst residue (%) | chance % | key-or-value block chosen at r = S-1 (%) |\n|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in results:
+        rows = r["interventions"]["branch_all"]["rows"]
+        last = max(int(label.split(".")[0][1:]) for label in rows)
+        ko = " / ".join(f"{np.mean(rows[f'L{last}.{b}']['pp']):+.1f}" for b in ("compress", "select", "sliding"))
+        sel = next((s for s in r.get("selection", []) if s["layer"] == last), None)
+        if sel is None:
+            lines.append(f"| {r['model']} | {r['k']} | {ko} | - | - | - | - |")
+            continue
+        key = np.asarray(sel["key_block"], dtype=float).mean(0)            # over KV heads -> [residue]
+        either = np.asarray(sel["either"], dtype=float).mean(0)
+        S, R = r["S"], len(key)
+        query = r["curves"][0]["task"]["seq_len"] - 1
+        visible = (query + 1) // S - 1                                     # entries with (j + 1) S - 1 < query
+        boundary = [x for i, x in enumerate(either) if i % S == S - 1]
+        lines.append(f"| {r['model']} | {r['k']} | {ko} | {100 * key.mean():.0f} | r{int(key.argmin())} "
+                     f"({100 * key.min():.0f}) | {100 * min(1.0, r['k'] / visible):.0f} | "
+                     f"{', '.join(f'{100 * x:.0f}' for x in boundary)} |")
+    return head + "\n".join(lines) + "\n"
+
+
 def _map_table(m: dict, modulus: int) -> str:
     head = "| unit | " + " | ".join(f"r{r}" for r in range(modulus)) + " |\n|" + "---|" * (modulus + 1) + "\n"
     lines = []
@@ -195,6 +222,9 @@ def markdown(results: list[dict], args: argparse.Namespace, missing: list[str], 
               "\nMean over seeds (prefix padding):\n\n" + _by_config(results),
               "\nAccuracy (%) by residue r = 0..15:\n\n" + "\n".join(
                   f"- {r['model']} ({c['protocol']}): {_pct(c['accuracy'])}" for r in results for c in r["curves"]) + "\n",
+              "## Mechanism at a glance\n",
+              "Prefix padding, the knockout / selection batch below. Chance for 'key block chosen': k of the blocks "
+              "visible at the query.\n", _mechanism_table(results),
               "## Knockouts\n",
               f"Prefix padding, {args.n_interv} logical examples per residue. Values: absolute accuracy change in "
               "percentage points per residue (`*`: the paired cluster-bootstrap 95% interval excludes 0). Branch knockout "
