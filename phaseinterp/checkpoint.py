@@ -8,13 +8,15 @@ Two formats, told apart by the metadata's "format":
   of e.g. `DeepseekV4ForCausalLM.state_dict()`); metadata "config" is
   `{"architecture": ..., "hf_config": <the HF config's to_dict()>}`, plus "transformers_version".
   `load` returns an `HFCausalLM` (tokens -> logits), `load_hf` the HF model itself.
+- "phaseinterp-nsa-checkpoint-v1": an `NSATransformer` (Native Sparse Attention, config =
+  `NSAConfig.to_dict()`; loading needs `pip install 'phaseinterp[nsa]'`).
 """
 
 from __future__ import annotations
 
 import os
 
-from phaseinterp.checkpoint_io import FORMAT, HF_FORMAT, read_metadata, read_tensors, save_hf, save_model
+from phaseinterp.checkpoint_io import FORMAT, HF_FORMAT, NSA_FORMAT, read_metadata, read_tensors, save_hf, save_model
 
 
 def load(path: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool = False):
@@ -35,6 +37,13 @@ def load(path: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool 
     meta = read_metadata(path)
     if meta["format"] == HF_FORMAT:
         return _load_hf_checkpoint(path, meta, device, allow_nonfinite)
+    if meta["format"] == NSA_FORMAT:
+        from phaseinterp.model.nsa.config import NSAConfig
+        from phaseinterp.model.nsa.transformer import NSATransformer
+
+        model = NSATransformer(NSAConfig.from_dict(meta["config"]), seed=None)
+        model.load_state_dict(read_tensors(path, model.state_dict(), device, allow_nonfinite=allow_nonfinite, meta=meta))
+        return model.to(device).eval()
     model = HookedCompressedTransformer(ModelConfig.from_dict(meta["config"]))
     model.load_state_dict(read_tensors(path, model.state_dict(), device, allow_nonfinite=allow_nonfinite, meta=meta))
     return model.to(device).eval()
@@ -63,4 +72,4 @@ def load_hf(path: str | os.PathLike, device: str = "cpu"):
     return _load_hf_checkpoint(path, meta, device).hf
 
 
-__all__ = ["FORMAT", "HF_FORMAT", "load", "load_hf", "read_metadata", "save_hf", "save_model"]
+__all__ = ["FORMAT", "HF_FORMAT", "NSA_FORMAT", "load", "load_hf", "read_metadata", "save_hf", "save_model"]

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 FORMAT = "phaseinterp-checkpoint-v1"
 HF_FORMAT = "phaseinterp-hf-checkpoint-v1"
+NSA_FORMAT = "phaseinterp-nsa-checkpoint-v1"
 
 
 def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
@@ -37,7 +38,7 @@ def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Pat
     path = Path(path)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     metadata = {
-        "format": FORMAT,
+        "format": NSA_FORMAT if getattr(model, "is_nsa", False) else FORMAT,
         "config": json.dumps(model.cfg.to_dict()),
         "phaseinterp_version": __version__,
         "extra": json.dumps(extra or {}),
@@ -105,9 +106,9 @@ def read_metadata(path: str | os.PathLike) -> dict:
             meta = dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{str(path)!r} is not a readable safetensors checkpoint (truncated or corrupt?): {e}") from e
-    if meta.get("format") not in (FORMAT, HF_FORMAT):
-        raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected {FORMAT!r} "
-                         f"or {HF_FORMAT!r}")
+    if meta.get("format") not in (FORMAT, HF_FORMAT, NSA_FORMAT):
+        raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected {FORMAT!r}, "
+                         f"{HF_FORMAT!r} or {NSA_FORMAT!r}")
     if "config" not in meta:
         raise ValueError(f"{str(path)!r} has no config in its metadata: not a checkpoint phaseinterp wrote")
     for key, default in (("config", None), ("extra", "{}")):

@@ -19,11 +19,12 @@ from phaseinterp.backends.edits import Edit, Replace, SetEntries, SetGate  # noq
 from phaseinterp.backends.hf import HFCausalLMBackend  # noqa: E402
 from phaseinterp.backends.hooked import HookedBackend  # noqa: E402
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention  # noqa: E402
+from phaseinterp.backends.nsa import NSABackend  # noqa: E402
 from phaseinterp.backends.load import backend_for, load_pretrained  # noqa: E402
 from phaseinterp.backends.smollm2 import load_smollm2, smollm2_backend  # noqa: E402
 from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Read, Unit  # noqa: E402
 
 __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "DeepseekV4Backend", "Edit",
-           "HFCausalLMBackend", "HookedBackend", "KVCompression", "Read", "Replace", "SetEntries", "SetGate",
-           "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "load_pretrained", "load_smollm2",
+           "HFCausalLMBackend", "HookedBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
+           "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "load_pretrained", "load_smollm2",
            "restore_attention", "smollm2_backend"]

@@ -16,7 +16,7 @@ from phaseinterp.model import HookedCompressedTransformer
 
 
 def backend_for(model: Any, stride: int | None = None) -> Backend:
-    """The backend that fits `model`: our `HookedCompressedTransformer`, HF DeepSeek-V4, or any HF
+    """The backend that fits `model`: our `HookedCompressedTransformer`, an `NSATransformer`, HF DeepSeek-V4, or any HF
     causal LM (`stride`: the period to test; only for models without compressors). A backend is
     returned as is.
 
@@ -27,6 +27,12 @@ def backend_for(model: Any, stride: int | None = None) -> Backend:
     """
     if isinstance(model, Backend):
         return model
+    if getattr(model, "is_nsa", False):
+        if stride is not None:
+            raise ValueError(f"stride={stride} is invalid for an NSA model: allowed None (its stride comes from its config)")
+        from phaseinterp.backends.nsa import NSABackend
+
+        return NSABackend(model)
     if isinstance(model, HookedCompressedTransformer):
         if stride is not None:
             raise ValueError(f"stride={stride} is invalid for our model: allowed None (its strides come from its config)")

@@ -81,7 +81,7 @@ class BackendConfig:
     `phase_sweep` reads `strides` (default period S) and records this card as the model config.
 
     Attributes:
-        kind: "hooked" (our model), "deepseek_v4" (HF DeepseekV4ForCausalLM) or "hf" (any causal LM).
+        kind: "hooked" (our model), "nsa" (`NSATransformer`), "deepseek_v4" (HF DeepseekV4ForCausalLM) or "hf" (any causal LM).
         model_class: the wrapped model's class name.
         n_layers, n_heads, n_kv_heads, d_head, d_model, vocab_size: the usual sizes (per layer the
             same). Query head h reads KV head h // (n_heads // n_kv_heads).

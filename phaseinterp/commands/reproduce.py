@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
 
     from phaseinterp.report.mitigations import mitigation_section
     from phaseinterp.report.smollm2 import smollm2_section
+    from phaseinterp.report.nsa import nsa_section
     from phaseinterp.report.zoo import zoo_section
     from phaseinterp.measure.provenance import versions
     from phaseinterp.report import write_report
@@ -188,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         ("mitigations", mitigation_section),
         ("zoo", zoo_section),
         ("smollm2", smollm2_section),
+        ("nsa", nsa_section),
     ]
     from phaseinterp.report import Section
 

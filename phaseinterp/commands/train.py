@@ -36,8 +36,9 @@ def register(subparsers: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="training recipe or model preset name")
     src.add_argument("--config", type=Path, help="JSON file with 'model' and 'train'")
-    src.add_argument("--recipe", choices=("rule", "zoo"), help="'rule': the recipe rule for --window/--stride/...; "
-                     "'zoo': the rule's config of zoo --member NAME")
+    src.add_argument("--recipe", choices=("rule", "zoo", "nsa"), help="'rule': the recipe rule for --window/--stride/...; "
+                     "'zoo': the rule's config of zoo --member NAME; 'nsa': NSA zoo --member NAME "
+                     "(phaseinterp.train.nsa_zoo, needs pip install 'phaseinterp[nsa]')")
     src.add_argument("--hf-config", type=Path, metavar="FILE",
                      help="HuggingFace config.json (or its folder): train that causal LM from a random init")
     p.add_argument("--out", type=Path, required=True, help="run folder")
@@ -50,7 +51,8 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--width", type=int, help="d_model of the rule (default 64; the GPU zoo: 256)")
     rule.add_argument("--no-rope", action="store_true", help="no RoPE in the compressed layers")
     rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
-    rule.add_argument("--member", help="with --recipe zoo: the zoo member (see phaseinterp.train.zoo.ZOO)")
+    rule.add_argument("--member", help="with --recipe zoo: the zoo member (see phaseinterp.train.zoo.ZOO); with "
+                      "--recipe nsa: w8s8-k0, w8s8-k1, w8s8-k2 or w16s8-k2")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
     p.add_argument("--seed", type=int, help="seed (default: the recipe's)")
     p.add_argument("--batch-size", type=int, help="global batch size")
@@ -133,6 +135,13 @@ def _from_rule(args: argparse.Namespace):
     from phaseinterp.train import zoo
 
     seed = 0 if args.seed is None else args.seed
+    if args.recipe == "nsa":
+        from phaseinterp.train import nsa_zoo
+
+        if args.member is None or any(getattr(args, k) is not None for k in ("window", "stride", "gate", "layout",
+                                                                            "kv_heads", "width")) or args.no_rope:
+            raise ValueError(f"--recipe nsa takes --member NAME only: allowed {sorted(nsa_zoo.NSA_ZOO)}")
+        return (nsa_zoo.nsa_name(args.member, seed), *nsa_zoo.nsa_recipe(args.member, seed=seed))
     if args.recipe == "zoo":
         if args.member is None:
             raise ValueError(f"--recipe zoo needs --member: allowed {sorted(zoo.ZOO)}")

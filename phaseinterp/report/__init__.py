@@ -1,5 +1,5 @@
 """The report: one self-contained HTML file of titled sections (`document`), and the sections
-built from shipped results (`mitigations`, `zoo`). The top floor with the commands."""
+built from shipped results (`mitigations`, `zoo`, `nsa`). The top floor with the commands."""
 
 from phaseinterp.report.document import Section, write_report
 

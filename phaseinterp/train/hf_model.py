@@ -231,16 +231,17 @@ def as_model_config(cfg: Any):
     """The trainer's model config: a `ModelConfig` or `HFModelSpec` as is, a transformers
     `PretrainedConfig` as its `HFModelSpec`; anything else raises ValueError."""
     from phaseinterp.config import ModelConfig
+    from phaseinterp.model.nsa.config import NSAConfig
 
-    if isinstance(cfg, (ModelConfig, HFModelSpec)):
+    if isinstance(cfg, (ModelConfig, HFModelSpec, NSAConfig)):
         return cfg
     if type(cfg).__module__.startswith("transformers."):
         from transformers import PretrainedConfig
 
         if isinstance(cfg, PretrainedConfig):
             return HFModelSpec.from_config(cfg)
-    raise ValueError(f"model_cfg={type(cfg).__name__} is invalid: allowed a ModelConfig, an HFModelSpec or a "
-                     "transformers PretrainedConfig")
+    raise ValueError(f"model_cfg={type(cfg).__name__} is invalid: allowed a ModelConfig, an HFModelSpec, an "
+                     "NSAConfig or a transformers PretrainedConfig")
 
 
 def build_model(cfg: Any, seed: int) -> torch.nn.Module:
@@ -248,15 +249,25 @@ def build_model(cfg: Any, seed: int) -> torch.nn.Module:
     cfg = as_model_config(cfg)
     if isinstance(cfg, HFModelSpec):
         return cfg.build(seed)
+    from phaseinterp.model.nsa.config import NSAConfig
+
+    if isinstance(cfg, NSAConfig):
+        from phaseinterp.model.nsa.transformer import NSATransformer
+
+        return NSATransformer(cfg, seed=seed)
     from phaseinterp.model import HookedCompressedTransformer
 
     return HookedCompressedTransformer(cfg, seed=seed)
 
 
 def model_config_from_dict(d: dict[str, Any]):
-    """A `ModelConfig` or `HFModelSpec` from its `to_dict()` (as stored in checkpoints and cards)."""
+    """A `ModelConfig`, `HFModelSpec` or `NSAConfig` from its `to_dict()` (as stored in checkpoints and cards)."""
+    from phaseinterp.model.nsa.config import NSAConfig
+
     if HFModelSpec.is_spec_dict(d):
         return HFModelSpec.from_dict(d)
+    if NSAConfig.is_nsa_dict(d):
+        return NSAConfig.from_dict(d)
     from phaseinterp.config import ModelConfig
 
     return ModelConfig.from_dict(d)

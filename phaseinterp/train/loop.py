@@ -267,6 +267,11 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
 def _check_setup(model, model_cfg, tcfg: TrainConfig, ctx: _Dist) -> None:
     """Refuse mitigations, compilation and data parallelism where they do not apply."""
     mitigation = tcfg.mitigation
+    if getattr(model, "is_nsa", False):  # NSA compresses with an MLP: no gates for a mitigation to act on
+        if mitigation.active or tcfg.compile:
+            raise ValueError(f"mitigation={mitigation}, compile={tcfg.compile} is invalid for an NSA model: allowed "
+                             "Mitigation() and compile=False")
+        return
     if isinstance(model, HFCausalLM):
         if mitigation.active:
             raise ValueError(f"mitigation={mitigation} is invalid for a HuggingFace model ({model_cfg.architecture}): "

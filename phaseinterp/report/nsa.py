@@ -1,0 +1,45 @@
+"""The report section of the NSA study, from its shipped results (`assets/results/nsa.json`, written
+by `python -m phaseinterp.train.nsa_study`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from phaseinterp.report.document import Section
+
+RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "nsa.json"
+
+
+def nsa_section(path: Path = RESULTS):
+    """Phase-curve table and curves of every NSA checkpoint, and its branch knockouts at the last layer."""
+    import pandas as pd
+
+    from phaseinterp.plot import zoo_figure
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: train the NSA zoo (scripts/train_nsa_zoo.py), then "
+                                "`python -m phaseinterp.train.nsa_study`")
+    results = json.loads(path.read_text())["results"]
+    rows, knock = [], []
+    for r in results:
+        for c in r["curves"]:
+            rows.append({"model": r["model"], "protocol": c["protocol"], "learned": c["learned"], "accuracy": c["accuracy"],
+                         "W/S": f"{r['W']}/{r['S']}", "k": r["k"], "mean %": 100 * c["mean"], "worst %": 100 * c["worst"],
+                         "gap pp": c["gap_pp"], "gap CI": f"[{c['gap_ci_pp'][0]:.1f}, {c['gap_ci_pp'][1]:.1f}]",
+                         "dominant period": c["dominant_period"], "verdict": c["verdict"]})
+        for label, row in r["interventions"]["branch_all"]["rows"].items():
+            knock.append({"model": r["model"], "unit": label, "mean change pp": sum(row["pp"]) / len(row["pp"]),
+                          "worst change pp": min(row["pp"])})
+    table = pd.DataFrame([{k: v for k, v in row.items() if k != "accuracy"} for row in rows])
+    text = ("Native Sparse Attention (the open native-sparse-attention-pytorch SparseAttention in our blocks; docs/nsa.md), "
+            "trained on record lookup with a sliding window of 8, so the needle comes through the compressed or the "
+            "selected branch. W8/S8 with selection off (k=0), k=1, k=2 and W16/S8 with k=2, two seeds each; residues "
+            "mod 16. Second table: accuracy change when a branch's output is zeroed in a layer. Details and the "
+            "answer to 'does selection remove the weak phases?': assets/results/nsa.md.")
+    figures = [zoo_figure(rows, protocol=p, title=f"NSA: accuracy by residue ({p} padding; dotted: did not learn)")
+               for p in ("prefix", "insequence") if any(r["protocol"] == p for r in rows)]
+    return Section("Native Sparse Attention: phase curves and branch knockouts", text, [table, pd.DataFrame(knock)], figures)
+
+
+__all__ = ["RESULTS", "nsa_section"]
