@@ -67,13 +67,31 @@ class Clock:
         return time.process_time() - cpu, out
 
 
+def reset_peak(device: str) -> None:
+    """Start the peak over: the float32 model built before its cast to bfloat16 would otherwise
+    hold the process's peak RSS. Linux resets VmHWM on `5 > /proc/self/clear_refs`."""
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 def peak_bytes(device: str) -> int:
     if device == "cuda":
         return torch.cuda.max_memory_allocated()
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(kind: str, seq_len: int, n_per_residue: int, dtype: str, device: str, n_boot: int) -> dict:
+def measure(kind: str, seq_len: int, n_per_residue: int, dtype: str, device: str, n_boot: int,
+            memory_only: bool = False) -> dict:
     from phaseinterp.interventions import clear_calibrations, knockout_map
     from phaseinterp.measure import phase_sweep
     from phaseinterp.tasks import RecordLookup
@@ -88,11 +106,13 @@ def measure(kind: str, seq_len: int, n_per_residue: int, dtype: str, device: str
     clock = Clock(device)
     with torch.no_grad():
         model(batch.tokens[:1, :256].to(device))  # loads kernels once
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
+        reset_peak(device)
         base = peak_bytes(device)
         clean_s, _ = clock(lambda: model(batch.tokens.to(device)))
         peak = peak_bytes(device) - base
+    if memory_only:
+        return {"kind": kind, "seq_len": seq_len, "rows": len(batch), "dtype": dtype, "device": device,
+                "seconds": {"clean_forward": clean_s}, "peak_bytes_clean_forward": int(peak)}
     sweep_s, curve = clock(lambda: phase_sweep(model, batch, batch_size=len(batch), progress=False, n_boot=n_boot, n_perm=n_boot))
     clear_calibrations()
     cold_s, kmap = clock(lambda: knockout_map(model, batch, calib_batch, n_boot=n_boot))
@@ -114,7 +134,7 @@ def measure(kind: str, seq_len: int, n_per_residue: int, dtype: str, device: str
 def run_isolated(kind: str, args: argparse.Namespace, seq_len: int) -> dict:
     code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import scale as s; "
             f"print(json.dumps(s.measure({kind!r}, {seq_len}, {args.n_per_residue}, {args.dtype!r}, {args.device!r}, "
-            f"{args.n_boot})))")
+            f"{args.n_boot}, {args.memory_only})))")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}  # RSS follows live tensors (see attention.py)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if out.returncode != 0:  # e.g. the full twin out of memory at 128k: recorded, not fatal
@@ -130,6 +150,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n-boot", type=int, default=200)
+    parser.add_argument("--memory-only", action="store_true", help="only the clean forward: time and peak memory")
     parser.add_argument("--out", default="benchmarks/results/scale.json")
     args = parser.parse_args()
     rows = []
@@ -142,7 +163,7 @@ def main() -> None:
     full = {r["seq_len"]: r for r in rows if r["kind"] == "full" and "error" not in r}
     for r in rows:
         twin = full.get(r["seq_len"])
-        if r["kind"] != "full" and twin is not None and "error" not in r:
+        if r["kind"] != "full" and twin is not None and "error" not in r and not args.memory_only:
             r["ratios_vs_full"] = {
                 "clean_forward_time": r["seconds"]["clean_forward"] / twin["seconds"]["clean_forward"],
                 "phase_sweep_time": r["seconds"]["phase_sweep"] / twin["seconds"]["phase_sweep"],

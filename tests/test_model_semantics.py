@@ -248,3 +248,23 @@ def test_phase_path_is_used_only_without_autograd():
     with torch.no_grad():
         assert phase.usable(cc, x)
     assert phase.usable(cc, x.detach())
+
+
+@pytest.mark.parametrize("local", [40, "tail"])
+@pytest.mark.parametrize("chunk", [None, 24])
+def test_phase_path_long_local_window_through_flash_matches_explicit(local, chunk):
+    """Local windows longer than EXPLICIT_LOCAL_MAX go through flash attention over query chunks."""
+    from phaseinterp.config import CompressionConfig
+    from phaseinterp.model import joint_attention as joint
+    from phaseinterp.model import phase_attention as phase
+
+    cc = CompressionConfig(window=48, stride=40, local_window=local, sink=True)
+    assert cc.local_length() > phase.EXPLICIT_LOCAL_MAX
+    gen = torch.Generator().manual_seed(3)
+    batch, T, H, K, d = 2, 150, 4, 2, 8
+    q, k, v = (torch.randn(batch, T, c, d, generator=gen) for c in (H, K, K))
+    ek, ev = (torch.randn(batch, cc.n_entries(T), K, d, generator=gen) for _ in range(2))
+    sink = torch.randn(H, generator=gen)
+    expected = joint.explicit_mix(cc, joint.softmax_with_sink(joint.explicit_scores(cc, q, k, ek, 0.3), sink), v, ev)
+    got = phase.phase_joint_attention(cc, q, k, v, ek, ev, 0.3, sink, chunk=chunk)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

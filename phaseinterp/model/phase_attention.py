@@ -6,8 +6,8 @@ entry stride). Queries of one phase r (t = r + E * i) then see entries 0 .. i + 
 c_r = floor((r - first_end) / E) + 1: after dropping the queries that see none, row a of that
 phase sees entries 0..a, which is exactly causal attention over the entries. Flash attention
 skips the blocks above the diagonal, so the entries cost only the visible (query, entry) pairs,
-and no mask is built. The local window (at most L tokens per query) takes one more flash call per
-chunk of queries, masked to each query's window. Same numbers as `joint_attention.explicit_scores`
+and no mask is built. The local window (at most L tokens per query) is read explicitly when short,
+through flash attention over chunks of queries when long. Same numbers as `joint_attention.explicit_scores`
 + `softmax_with_sink` + `explicit_mix` (tests/test_model_semantics.py).
 
 It needs the log-sum-exp of each part, which only the CPU flash kernel returns
@@ -22,7 +22,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from phaseinterp.config import CompressionConfig
-from phaseinterp.model.joint_attention import fused_joint_attention, local_key_mask
+from phaseinterp.model.joint_attention import fused_joint_attention, local_key_mask, local_windows
 
 _flash_with_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -60,12 +60,46 @@ def _entries(cc: CompressionConfig, q: Tensor, ek: Tensor, ev: Tensor, scale: fl
     return out, lse
 
 
+#: Local windows up to this many tokens are read explicitly (one small matmul per query); longer
+#: ones through flash attention over chunks of queries, whose per-call cost only pays off there.
+EXPLICIT_LOCAL_MAX = 32
+
+
 def _local(cc: CompressionConfig, q: Tensor, k: Tensor, v: Tensor, scale: float, chunk: int | None) -> tuple[Tensor, Tensor]:
-    """Local part, like `_entries`: flash attention of each chunk of queries over the tokens its
-    local windows reach (chunk + L - 1 keys, masked to each query's own window)."""
+    """Local part, like `_entries`, from the exact tokens each query may read."""
+    if cc.local_length() <= EXPLICIT_LOCAL_MAX:
+        return _local_explicit(cc, q, k, v, scale, chunk or 1024)
+    return _local_flash(cc, q, k, v, scale, chunk or max(256, cc.local_length()))
+
+
+def _local_explicit(cc: CompressionConfig, q: Tensor, k: Tensor, v: Tensor, scale: float, chunk: int) -> tuple[Tensor, Tensor]:
+    """Scores of each query against its own L window slots (`local_windows`), by chunks of queries."""
+    batch, seq_len, n_heads, d = q.shape
+    kv_heads, L = k.shape[2], cc.local_length()
+    group = n_heads // kv_heads
+    out = q.new_empty(batch, seq_len, n_heads, d)
+    lse = q.new_empty(batch, n_heads, seq_len)
+    for t0 in range(0, seq_len, chunk):
+        t1 = min(t0 + chunk, seq_len)
+        lo = max(t0 - L + 1, 0)  # slots before position 0 are zero padding, masked below
+        kw = local_windows(k[:, lo:t1], L)[:, t0 - lo:]  # [batch, t, kv_head, d, L]
+        vw = local_windows(v[:, lo:t1], L)[:, t0 - lo:]
+        scores = torch.einsum("btkgd,btkdl->btkgl", q[:, t0:t1].reshape(batch, t1 - t0, kv_heads, group, d), kw) * scale
+        t = torch.arange(t0, t1, device=q.device)[:, None]
+        allowed = local_key_mask(cc, t, t - L + 1 + torch.arange(L, device=q.device)[None, :])  # [t, L]
+        scores = scores.masked_fill(~allowed[None, :, None, None, :], float("-inf"))
+        s = scores.logsumexp(-1)  # [batch, t, kv_head, group]
+        p = (scores - s[..., None].masked_fill(s[..., None] == float("-inf"), 0.0)).exp()
+        out[:, t0:t1] = torch.einsum("btkgl,btkdl->btkgd", p, vw).reshape(batch, t1 - t0, n_heads, d)
+        lse[:, :, t0:t1] = s.reshape(batch, t1 - t0, n_heads).transpose(1, 2)
+    return out, lse
+
+
+def _local_flash(cc: CompressionConfig, q: Tensor, k: Tensor, v: Tensor, scale: float, chunk: int) -> tuple[Tensor, Tensor]:
+    """Flash attention of each chunk of queries over the tokens its local windows reach (chunk +
+    L - 1 keys, masked to each query's own window)."""
     batch, seq_len, n_heads, d = q.shape
     L = cc.local_length()
-    chunk = max(64, L) if chunk is None else chunk
     out = q.new_empty(batch, seq_len, n_heads, d)
     lse = q.new_empty(batch, n_heads, seq_len)
     for t0 in range(0, seq_len, chunk):
