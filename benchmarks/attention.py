@@ -12,7 +12,8 @@ Each measurement runs in a fresh subprocess; peak memory is the growth of the pr
 during the forward (CPU) or `torch.cuda.max_memory_allocated` (CUDA). On CPU the time is the
 process's CPU time (one thread), which other processes on the machine disturb less than wall
 time; the wall time is recorded too. Before the measured forward, a 256-token forward loads kernels
-and code, and MALLOC_MMAP_THRESHOLD_=131072 makes the RSS follow the live tensors.
+and code. Peak memory comes from a second process with MALLOC_MMAP_THRESHOLD_=131072, so that its
+RSS follows the live tensors (that setting would slow allocations in the timed process).
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ def measure(kind: str, seq_len: int, runner: str, device: str, repeats: int) -> 
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
             cpu_times.append(time.process_time() - cpu_start)
+    if not times:  # a memory-only run
+        return {"seconds": None, "wall_seconds": None, "peak_bytes": max(int(peak), 0)}
     seconds = min(times) if device == "cuda" else min(cpu_times)
     return {"seconds": seconds, "wall_seconds": min(times), "peak_bytes": max(int(peak), 0)}
 
@@ -116,13 +119,20 @@ def pattern_bytes(seq_len: int) -> int:
 
 
 def run_isolated(kind: str, seq_len: int, runner: str, device: str, repeats: int) -> dict:
-    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import attention as b; "
-            f"print(json.dumps(b.measure({kind!r}, {seq_len}, {runner!r}, {device!r}, {repeats})))")
-    # every allocation above 128 KB is its own mapping, returned when freed: the process's peak RSS
-    # then follows the peak of live tensors instead of what glibc's heap happens to keep
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Time in one fresh process, peak memory in another: the allocator setting that makes RSS
+    follow the live tensors (every allocation above 128 KB its own mapping, returned when freed)
+    also makes each allocation pay for fresh pages, which would bias the time of the path that
+    allocates more."""
+    def one(reps: int, env: dict) -> dict:
+        code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import attention as b; "
+                f"print(json.dumps(b.measure({kind!r}, {seq_len}, {runner!r}, {device!r}, {reps})))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    timed = one(repeats, dict(os.environ))
+    if device != "cuda":
+        timed["peak_bytes"] = one(0, {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"})["peak_bytes"]
+    return timed
 
 
 def main() -> None:
