@@ -268,3 +268,22 @@ def test_phase_path_long_local_window_through_flash_matches_explicit(local, chun
     expected = joint.explicit_mix(cc, joint.softmax_with_sink(joint.explicit_scores(cc, q, k, ek, 0.3), sink), v, ev)
     got = phase.phase_joint_attention(cc, q, k, v, ek, ev, 0.3, sink, chunk=chunk)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_rolling_the_gate_index_in_place_reaches_the_forward():
+    """Gate cycling rolls `gate_index` in place; per-offset maps read as a view must notice."""
+    cc = CompressionConfig(window=4, stride=4, local_window=4)
+    model = noisy_model(tiny_cfg([cc]))
+    tokens = torch.randint(0, 97, (1, 24), generator=torch.Generator().manual_seed(0))
+    comp = model.blocks[0].attn.compress_k
+    with torch.no_grad():
+        h = model.W_E[tokens]
+        clean = comp(h)
+        comp.gate_index.copy_(torch.roll(comp.gate_index.clone(), 1))
+        rolled = comp(h)
+        W_Z = comp.W_Z.clone()
+        comp.gate_index.copy_(torch.arange(4))
+        comp.W_Z.copy_(torch.roll(W_Z, 1, dims=0))
+        expected = comp(h)
+    assert not torch.allclose(rolled, clean)
+    torch.testing.assert_close(rolled, expected)

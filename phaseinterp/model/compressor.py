@@ -78,7 +78,7 @@ class Compressor(nn.Module):
         out = n_kv_heads * d_head
         self.register_buffer("payload_index", map_index(cc, cc.payload), persistent=False)
         self.register_buffer("gate_index", map_index(cc, cc.gate_maps), persistent=False)
-        self._payload_view, self._gate_view = _consecutive(self.payload_index), _consecutive(self.gate_index)
+        self._arange_seen: dict[str, tuple[tuple[int, int], bool]] = {}
         k = cc.chunkings
         self.W_C = nn.Parameter(torch.empty(k * n_maps(cc, cc.payload), d_model, out))
         self.kind = gate_kind(cc.gate)
@@ -99,20 +99,23 @@ class Compressor(nn.Module):
         pos = window_positions(self.cc, h.shape[1], h.device)
         return self.fold(h[:, pos.clamp(min=0)], pos < 0)
 
-    @staticmethod
-    def _maps_of(weight: Tensor, index: Tensor, consecutive: bool, first: int) -> Tensor:
-        """`weight[index + first]`: the map of each window offset."""
-        return weight[first:first + index.numel()] if consecutive else weight[index + first]
+    def _maps_of(self, weight: Tensor, index_name: str, first: int) -> Tensor:
+        """`weight[index + first]`: the map of each window offset. The index buffer is checked again
+        whenever it changes (gate cycling rolls `gate_index` in place)."""
+        index = getattr(self, index_name)
+        key = (index.data_ptr(), index._version)
+        seen = self._arange_seen.get(index_name)
+        if seen is None or seen[0] != key:
+            seen = self._arange_seen[index_name] = (key, _consecutive(index))
+        return weight[first:first + index.numel()] if seen[1] else weight[index + first]
 
     def _maps(self, windows: Tensor, chunking: int) -> tuple[Tensor, Tensor | None]:
         """Payload [b, n, W, kv_head * d] and gate logits (None for uniform gates) of one chunking."""
         cc = self.cc
-        payload = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_C, self.payload_index, self._payload_view,
-                                                                        chunking * n_maps(cc, cc.payload)))
+        payload = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_C, "payload_index", chunking * n_maps(cc, cc.payload)))
         if not self.kind.learned:
             return payload, None
-        logits = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_Z, self.gate_index, self._gate_view,
-                                                                       chunking * n_maps(cc, cc.gate_maps)))
+        logits = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_Z, "gate_index", chunking * n_maps(cc, cc.gate_maps)))
         if cc.offset_bias:
             logits = logits + self.b_Z[chunking * cc.window:(chunking + 1) * cc.window]
         return payload, logits
