@@ -23,11 +23,11 @@ class MLP(nn.Module):
     """SwiGLU: `W_out(silu(x W_gate) * (x W_in))`; `hook_pre` is the gate pre-activation,
     `hook_post` the product fed to W_out, both [batch, pos, d_mlp]."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, d_model: int, d_mlp: int):
         super().__init__()
-        self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
+        self.W_gate = nn.Parameter(torch.empty(d_model, d_mlp))
+        self.W_in = nn.Parameter(torch.empty(d_model, d_mlp))
+        self.W_out = nn.Parameter(torch.empty(d_mlp, d_model))
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
 
@@ -42,7 +42,7 @@ class Block(nn.Module):
         self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps, hooked=True)
         self.attn = Attention(cfg, layer)
         self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps, hooked=True)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.d_model, cfg.d_mlp)
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 

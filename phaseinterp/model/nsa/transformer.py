@@ -24,23 +24,7 @@ from phaseinterp.model.hook_point import HookPoint
 from phaseinterp.model.layers import RMSNorm
 from phaseinterp.model.nsa.attention import NSAAttention
 from phaseinterp.model.nsa.config import NSAConfig
-
-
-class MLP(nn.Module):
-    """SwiGLU as in our blocks (`phaseinterp.model.transformer.MLP`, same names and hooks), sized
-    by an `NSAConfig`."""
-
-    def __init__(self, cfg: NSAConfig):
-        super().__init__()
-        self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
-        self.hook_pre = HookPoint()
-        self.hook_post = HookPoint()
-
-    def forward(self, x: Float[Tensor, "*lead d_model"]) -> Float[Tensor, "*lead d_model"]:
-        pre = self.hook_pre(x @ self.W_gate)
-        return self.hook_post(torch.nn.functional.silu(pre) * (x @ self.W_in)) @ self.W_out
+from phaseinterp.model.transformer import MLP
 
 
 class NSABlock(nn.Module):
@@ -49,7 +33,7 @@ class NSABlock(nn.Module):
         self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps, hooked=True)
         self.attn = NSAAttention(cfg, layer)
         self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps, hooked=True)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.d_model, cfg.d_mlp)
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
