@@ -1,0 +1,49 @@
+"""One layer's attention alone at 16k tokens (the attention benchmark's shape: 4 query heads, 1 KV
+head of 64, W8/S8, L = 16, float32, one thread): the compressed paths as ratios of the
+full-attention twin's causal flash attention, CPU time, best of 3.
+
+    python benchmarks/attention_kernel.py
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+from phaseinterp import CompressionConfig
+from phaseinterp.model import joint_attention as joint
+from phaseinterp.model import phase_attention as phase
+
+
+def cpu_seconds(fn, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def main(T: int = 16384) -> dict:
+    torch.set_num_threads(1)
+    cc = CompressionConfig(window=8, stride=8, local_window=16)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, T, h, 64, generator=g) for h in (4, 1, 1))
+    ek, ev = (torch.randn(1, cc.n_entries(T), 1, 64, generator=g) for _ in range(2))
+    with torch.no_grad():
+        full = cpu_seconds(lambda: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                                  is_causal=True, enable_gqa=True), 1)
+        runs = {"blocks": lambda: joint.fused_joint_attention(cc, q, k, v, ek, ev, 0.125, None),
+                "phase": lambda: phase.phase_joint_attention(cc, q, k, v, ek, ev, 0.125, None),
+                "phase_entries_only": lambda: phase._entries(cc, q, ek, ev, 0.125),
+                "phase_local_only": lambda: phase._local(cc, q, k, v, 0.125, None)}
+        out = {"seq_len": T, "full_seconds": full, **{f"{name}_vs_full": cpu_seconds(fn) / full for name, fn in runs.items()}}
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
