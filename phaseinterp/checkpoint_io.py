@@ -6,8 +6,8 @@ through it without an import cycle. Formats: see `phaseinterp.checkpoint`.
 
 Verified on load: names and shapes against the config, a SHA-256 digest of the config and every
 tensor written at save time (an edited config, or weights swapped under a config, are caught;
-files written before digests existed load without this check), and finite weights (unless the
-caller opts in).
+a file written before digests existed loads with a warning that it could not be verified; every
+shipped checkpoint has one), and finite weights (unless the caller opts in).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -135,7 +136,10 @@ def read_tensors(path: str | os.PathLike, expected: dict, device: str, *, allow_
             raise ValueError(f"{str(path)!r}: {name} has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
     meta = read_metadata(path) if meta is None else meta
     saved = meta.get("digest")
-    if saved is not None and saved != digest(json.dumps(meta["config"]), tensors):
+    if saved is None:
+        warnings.warn(f"{str(path)!r} has no digest (written before checkpoints recorded one): its config and "
+                      "weights could not be checked against each other; re-save it with model.save(path)", stacklevel=3)
+    elif saved != digest(json.dumps(meta["config"]), tensors):
         raise ValueError(f"{str(path)!r}: its config or weights changed after saving (digest mismatch): re-save it with "
                          "model.save(path), or restore the original file")
     if not allow_nonfinite:

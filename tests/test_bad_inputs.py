@@ -1,4 +1,4 @@
-"""Bad input at the public doors (configs, tasks, model inputs, checkpoints, interventions) raises
+"""Bad input at the public doors (configs, tasks, model inputs, hooks, checkpoints, interventions) raises
 one of the library's documented exceptions (docs/errors.md), never a bare TypeError, IndexError,
 KeyError or AttributeError from inside torch, numpy or safetensors, and never returns a result.
 
@@ -124,3 +124,46 @@ CALIB = TASK.sample(1, 4, seed=0, split="calibration")
                     st.builds(lambda v: {"replacement": v}, st.text(max_size=4))))
 def test_intervention_arguments(unchecked, kw):
     refused(lambda: knockout_map(MODEL, BATCH, CALIB, **{"n_boot": 10, **kw}))
+
+
+TOKENS = BATCH.tokens[:1, :24]
+HOOK_NAMES = sorted(n for n in MODEL.hook_dict if n.startswith(("blocks.0.", "blocks.1.", "hook_embed")))
+
+
+BENT = {"batch": lambda a: a[:0], "pos": lambda a: a[:, :-1] if a.ndim > 1 and a.shape[1] > 1 else a.unsqueeze(0),
+        "last": lambda a: torch.cat([a, a[..., :1]], dim=-1),
+        "dtype": lambda a: a.to(torch.float64) if a.is_floating_point() else a.float()}
+
+
+@SETTINGS
+@given(name=st.sampled_from(HOOK_NAMES), output=st.one_of(
+    st.sampled_from(sorted(BENT)).map(lambda k: BENT[k]),  # the activation bent out of shape, or cast
+    junk.filter(lambda v: v is not None), st.builds(lambda: np.zeros(3))))
+def test_hooks_that_return_the_wrong_thing(unchecked, name, output):
+    hook = (lambda act, hook: output(act)) if callable(output) else (lambda act, hook: output)
+    error = refused(lambda: MODEL.run_with_hooks(TOKENS, fwd_hooks=[(name, hook)]))
+    assert name in str(error)
+
+
+@pytest.mark.parametrize("name", HOOK_NAMES)
+def test_a_hook_that_returns_none_only_reads(name):
+    # observing scores or patterns moves attention to the explicit path, which agrees with the fast
+    # one to float rounding (docs/performance.md), not bit for bit
+    torch.testing.assert_close(MODEL.run_with_hooks(TOKENS, fwd_hooks=[(name, lambda act, hook: None)]), MODEL(TOKENS),
+                               atol=1e-5, rtol=0)
+
+
+@SETTINGS
+@given(name=st.one_of(st.text(max_size=12), st.sampled_from(["blocks.9.hook_resid_pre", "blocks.0.attn.hook_nothing"])))
+def test_hook_names_that_do_not_exist(unchecked, name):
+    if name in MODEL.hook_dict:
+        return
+    # a hook point is looked up by name like a dict key: KeyError, with the library's message (docs/errors.md)
+    with pytest.raises(KeyError, match="no hook point named"):
+        MODEL.run_with_hooks(TOKENS, fwd_hooks=[(name, lambda act, hook: None)])
+
+
+@SETTINGS
+@given(fn=junk)
+def test_hook_functions_that_are_not_callable(unchecked, fn):
+    assert "blocks.0.hook_resid_pre" in str(refused(lambda: MODEL.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.hook_resid_pre", fn)])))

@@ -1,5 +1,6 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,3 +119,31 @@ def test_a_card_that_disagrees_with_its_weights_is_refused():
     card["model_config"] = {**card["model_config"], "n_kv_heads": 4}  # the card of another model
     with pytest.raises(ValueError, match="card 'w4s4' describes another model than .*w4s4.safetensors"):
         sweep_checkpoint(ckpt, card, n_per_residue=1, task_seed=0, protocol="prefix", n_boot=10, n_perm=10)
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "assets").rglob("*.safetensors"))
+
+
+def test_every_shipped_checkpoint_carries_a_digest_and_an_edit_of_it_is_caught(tmp_path):
+    assert len(SHIPPED) >= 40
+    assert [p.name for p in SHIPPED if "digest" not in read_metadata(p)] == []
+    # the shipped W4/S4 with its stride edited (same tensor shapes): the issue's example of a silent mix-up
+    src = next(p for p in SHIPPED if p.name == "w4s4.safetensors")
+    cfg = read_metadata(src)["config"]
+    edited = json.loads(json.dumps(cfg).replace('"stride": 4', '"stride": 2'))
+    assert edited != cfg
+    _resave(src, tmp_path / "w4s4-edited.safetensors", config=edited)
+    with pytest.raises(ValueError, match="digest mismatch"):
+        phaseinterp.load(tmp_path / "w4s4-edited.safetensors")
+
+
+def test_a_checkpoint_without_a_digest_loads_with_a_warning(tmp_path):
+    noisy_model(tiny_cfg(["full"])).save(tmp_path / "m.safetensors")
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(tmp_path / "m.safetensors"), "pt") as f:
+        meta = {k: v for k, v in f.metadata().items() if k != "digest"}
+    save_file(load_file(str(tmp_path / "m.safetensors")), str(tmp_path / "old.safetensors"), metadata=meta)
+    with pytest.warns(UserWarning, match="old.safetensors' has no digest"):
+        phaseinterp.load(tmp_path / "old.safetensors")

@@ -7,6 +7,7 @@ hook, instead of a deep torch error downstream (or, for a smaller batch, a silen
 
 from __future__ import annotations
 
+import difflib
 import functools
 from typing import Any, Callable
 
@@ -34,11 +35,21 @@ def checked_hook(fn: Callable, point: TLHookPoint) -> Callable:
     return hook
 
 
+def missing_hook_point(name: Any, names: list[str], doc: str) -> KeyError:
+    """The KeyError for a hook name that is not in `names`, with the nearest valid ones (or `doc`)."""
+    close = difflib.get_close_matches(str(name), names, n=5, cutoff=0.5)
+    hint = f"; did you mean {close}?" if close else f"; see model.hook_dict or {doc}"
+    return KeyError(f"no hook point named {name!r}{hint}")
+
+
 class HookPoint(TLHookPoint):
     """A TransformerLens hook point whose forward hooks are checked (`checked_hook`)."""
 
     def add_hook(self, hook: Callable, dir: str = "fwd", *args: Any, **kwargs: Any):
+        if not callable(hook):
+            raise ValueError(f"the hook for {self.name!r} is a {type(hook).__name__}, not a function: allowed a "
+                             "callable fn(activation, hook) returning None or a replacement tensor")
         return super().add_hook(checked_hook(hook, self) if dir == "fwd" else hook, dir, *args, **kwargs)
 
 
-__all__ = ["HookPoint", "checked_hook"]
+__all__ = ["HookPoint", "checked_hook", "missing_hook_point"]

@@ -3,7 +3,6 @@ chunk-compressed KV cache, with TransformerLens hook points everywhere (see docs
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import Any, Callable, Literal
 
@@ -16,7 +15,7 @@ from phaseinterp.model.attention import Attention
 from phaseinterp.model.compressor import Compressor
 from phaseinterp.model.layers import RMSNorm
 from transformer_lens import ActivationCache, HookedRootModule
-from phaseinterp.model.hook_point import HookPoint
+from phaseinterp.model.hook_point import HookPoint, missing_hook_point
 
 
 class MLP(nn.Module):
@@ -203,9 +202,7 @@ class HookedCompressedTransformer(HookedRootModule):
     def check_hook_name(self, name: str) -> None:
         """Raise a KeyError suggesting the nearest valid hook names when `name` is not one."""
         if name not in self.hook_dict:
-            close = difflib.get_close_matches(name, list(self.hook_dict), n=5, cutoff=0.5)
-            hint = f"; did you mean {close}?" if close else "; see model.hook_dict or docs/hooks.md"
-            raise KeyError(f"no hook point named {name!r}{hint}")
+            raise missing_hook_point(name, list(self.hook_dict), "docs/hooks.md")
 
     def _enable_hook_with_name(self, name: str, hook: Callable, dir: Literal["fwd", "bwd"]) -> None:
         self.check_hook_name(name)

@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import Any, Callable, Literal
 
@@ -20,7 +19,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule
 
-from phaseinterp.model.hook_point import HookPoint
+from phaseinterp.model.hook_point import HookPoint, missing_hook_point
 from phaseinterp.model.layers import RMSNorm
 from phaseinterp.model.nsa.attention import NSAAttention
 from phaseinterp.model.nsa.config import NSAConfig
@@ -98,9 +97,7 @@ class NSATransformer(HookedRootModule):
     def check_hook_name(self, name: str) -> None:
         """KeyError with the nearest valid names when `name` is not a hook point."""
         if name not in self.hook_dict:
-            close = difflib.get_close_matches(name, list(self.hook_dict), n=5, cutoff=0.5)
-            hint = f"; did you mean {close}?" if close else "; see model.hook_dict or docs/nsa.md"
-            raise KeyError(f"no hook point named {name!r}{hint}")
+            raise missing_hook_point(name, list(self.hook_dict), "docs/nsa.md")
 
     def _enable_hook_with_name(self, name: str, hook: Callable, dir: Literal["fwd", "bwd"]) -> None:
         self.check_hook_name(name)
