@@ -160,3 +160,41 @@ def test_permutation_edge_cases():
         permutation_test(y, r, np.zeros(4, np.int64), 2, n_perm=0)
     with pytest.raises(ValueError, match=r"residues must lie in \[0, modulus=2\)"):
         permutation_test(y, r + 1, np.zeros(4, np.int64), 2)
+
+
+
+def _curves(true_acc, n_sims, n_per_residue=32, seed=0):
+    from phaseinterp.measure import PhaseCurve
+
+    rng = np.random.default_rng(seed)
+    R = len(true_acc)
+    residue = np.repeat(np.arange(R), n_per_residue)
+    example_id = np.tile(np.arange(n_per_residue), R)  # a logical example is placed at every residue
+    for _ in range(n_sims):
+        correct = rng.random(len(residue)) < np.asarray(true_acc)[residue]
+        yield PhaseCurve.from_correct(correct, residue=residue, example_id=example_id, modulus=R, n_boot=400,
+                                      n_perm=10, seed=int(rng.integers(1 << 30)))
+
+
+@pytest.mark.parametrize("true_acc", [[0.5] * 8, [0.3, 0.7] * 4, [0.9, 0.5, 0.2, 0.6, 0.9, 0.5, 0.2, 0.6]])
+def test_the_heldout_gap_is_not_inflated_by_noise_and_its_interval_covers_the_true_gap(true_acc):
+    true_gap = 100 * (max(true_acc) - min(true_acc))
+    curves = list(_curves(true_acc, n_sims=60))
+    covered = np.mean([c.gap_interval[0] <= true_gap <= c.gap_interval[1] for c in curves])
+    assert covered >= 0.8  # nominal 0.95; percentile intervals over 16 clusters per half run a little short
+    assert abs(np.mean([c.gap_heldout for c in curves]) - true_gap) < 5
+    observed = np.mean([c.gap_pp for c in curves])
+    assert all(c.gap_interval[0] <= c.gap_heldout <= c.gap_interval[1] for c in curves)
+    if true_gap == 0:
+        assert observed > 15  # the observed gap of a flat curve: pure noise, which the held-out one removes
+
+
+def test_a_curve_written_before_heldout_gaps_gets_them_on_load():
+    from phaseinterp.measure import PhaseCurve
+
+    c = next(_curves([0.3, 0.7] * 4, n_sims=1))
+    old = c.to_dict()
+    del old["gap_heldout"]
+    old["gap_interval"] = [1.0, 2.0]  # what an old file held: the percentile interval of max - min
+    back = PhaseCurve.from_dict(old)
+    assert back.gap_heldout == c.gap_heldout and back.gap_interval == c.gap_interval

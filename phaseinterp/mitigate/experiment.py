@@ -119,7 +119,7 @@ def run_one(name: str, seed: int, out: str, settings: Settings) -> dict[str, Any
     return {
         "variant": name, "seed": seed, "source": source, "checkpoint": str(checkpoint),
         "mean": curve.mean, "worst": curve.worst, "worst_lo": float(curve.boot_lo[worst]),
-        "worst_hi": float(curve.boot_hi[worst]), "gap_pp": curve.gap_pp,
+        "worst_hi": float(curve.boot_hi[worst]), "gap_pp": curve.gap_pp, "gap_heldout": curve.gap_heldout,
         "gap_lo": float(curve.gap_interval[0]), "gap_hi": float(curve.gap_interval[1]),
         "p_phase": curve.p_value, "p_periodic": curve.p_periodic, "periodicity_pp": curve.periodicity_pp,
         "entries_per_token": entries_per_token(model_cfg), "train_cpu_s": train_cpu_s,
@@ -139,7 +139,8 @@ def summarize(rows: pd.DataFrame) -> pd.DataFrame:
     agg = rows.groupby("variant", sort=False).agg(
         seeds=("seed", "count"), learned=("learned", "sum"), mean=("mean", "mean"), worst=("worst", "mean"),
         worst_min=("worst", "min"), gap_pp=("gap_pp", "mean"),
-        gap_min=("gap_pp", "min"), gap_max=("gap_pp", "max"), gap_lo=("gap_lo", "min"), gap_hi=("gap_hi", "max"),
+        gap_min=("gap_pp", "min"), gap_max=("gap_pp", "max"), gap_heldout=("gap_heldout", "mean"),
+        gap_lo=("gap_lo", "min"), gap_hi=("gap_hi", "max"),
         p_periodic=("p_periodic", "max"), entries_per_token=("entries_per_token", "first"),
         train_cpu_s=("train_cpu_s", "mean")).reset_index()
     if "baseline" in set(agg.variant):

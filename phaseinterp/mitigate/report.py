@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.mitigate.variants import VARIANTS
 
 KNOCKOUT_THRESHOLD = 50.0
@@ -60,7 +61,7 @@ def knockout_summary(maps: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown_table(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
-    lines = ["| variant | seeds (learned) | mean % | worst % (worst seed) | gap pp (seed range; bootstrap bounds) | p periodic (max) "
+    lines = ["| variant | seeds (learned) | mean % | worst % (worst seed) | gap pp (seed range; held-out mean [widest bounds]) | p periodic (max) "
              "| entries/token | gap reduction pp | per extra entry/token | train CPU s |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # learned: mean accuracy >= LEARNED
     for r in summary.itertuples():
@@ -69,16 +70,16 @@ def markdown_table(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
         lines.append(
             f"| {r.variant} | {r.seeds} ({r.learned}) | {100 * r.mean:.1f} | {100 * r.worst:.1f} ({100 * r.worst_min:.1f}) "
             f"| {r.gap_pp:.1f} "
-            f"({r.gap_min:.1f}-{r.gap_max:.1f}; {r.gap_lo:.1f}-{r.gap_hi:.1f}) | {r.p_periodic:.3g} "
+            f"({r.gap_min:.1f}-{r.gap_max:.1f}; {r.gap_heldout:.1f} [{r.gap_lo:.1f}, {r.gap_hi:.1f}]) | {r.p_periodic:.3g} "
             f"| {r.entries_per_token:.3g} | {red:.1f} | {'-' if not np.isfinite(per) else f'{per:.1f}'} "
             f"| {r.train_cpu_s:.0f} |")
-    lines += ["", "Per run:", "", "| run | mean % | worst % (95% bootstrap) | gap pp (95% bootstrap) | p periodic | source |",
+    lines += ["", "Per run:", "", "| run | mean % | worst % (95% bootstrap) | " + GAP_HEADER + " | p periodic | source |",
               "|---|---|---|---|---|---|"]
     for r in rows.itertuples():
         lines.append(f"| {r.variant}-seed{r.seed} | {100 * r.mean:.1f} | {100 * r.worst:.1f} "
-                     f"({100 * r.worst_lo:.1f}-{100 * r.worst_hi:.1f}) | {r.gap_pp:.1f} ({r.gap_lo:.1f}-{r.gap_hi:.1f}) "
+                     f"({100 * r.worst_lo:.1f}-{100 * r.worst_hi:.1f}) | {gap_text(r.gap_pp, r.gap_heldout, (r.gap_lo, r.gap_hi))} "
                      f"| {r.p_periodic:.3g} | {r.source} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + GAP_NOTE + "\n"
 
 
 def write_outputs(out: str | Path, result: dict[str, Any], settings, maps: dict[str, Any] | None, *,

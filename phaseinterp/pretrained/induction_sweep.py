@@ -76,7 +76,7 @@ class SweepRow:
     best: float
     best_residue: int
     gap_pp: float
-    gap_ci_pp: tuple[float, float]
+    gap_ci_pp: tuple[float, float]  # interval of the held-out gap (measure.gap)
     p_phase: float
     p_periodic: float
     dominant_period: int | None
@@ -84,6 +84,7 @@ class SweepRow:
     accuracy: list[float]
     phase_accuracy: list[float]
     spec: dict[str, Any] | None
+    gap_heldout_pp: float = float("nan")  # rows written before held-out gaps lack it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,7 +112,7 @@ def sweep_row(correct: Bool[Tensor, " row"], clean: Bool[Tensor, " row"], batch:
         delta_pp=100 * float(y.mean() - c.mean()), delta_ci_pp=(float(lo[0, 0]), float(hi[0, 0])),
         worst=s["worst"], worst_residue=s["worst_residue"], best=s["best"], best_residue=s["best_residue"],
         gap_pp=s["gap_pp"], gap_ci_pp=tuple(s["gap_interval_pp"]), p_phase=s["p_value"], p_periodic=s["p_periodic"],
-        dominant_period=dominant_period(curve.accuracy), verdict=s["verdict"],
+        dominant_period=dominant_period(curve.accuracy), verdict=s["verdict"], gap_heldout_pp=s["gap_heldout_pp"],
         accuracy=[float(a) for a in curve.accuracy], phase_accuracy=[float(a) for a in phase],
         spec=spec.to_dict() if spec else None)
 

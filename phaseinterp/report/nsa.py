@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from phaseinterp.measure.gap import heldout_text
 from phaseinterp.report.document import Section
 
 RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "nsa.json"
@@ -26,7 +27,7 @@ def nsa_section(path: Path = RESULTS):
         for c in r["curves"]:
             rows.append({"model": r["model"], "protocol": c["protocol"], "learned": c["learned"], "accuracy": c["accuracy"],
                          "W/S": f"{r['W']}/{r['S']}", "k": r["k"], "mean %": 100 * c["mean"], "worst %": 100 * c["worst"],
-                         "gap pp": c["gap_pp"], "gap CI": f"[{c['gap_ci_pp'][0]:.1f}, {c['gap_ci_pp'][1]:.1f}]",
+                         "gap pp": c["gap_pp"], "held-out gap [CI]": heldout_text(c["gap_heldout_pp"], c["gap_ci_pp"]),
                          "dominant period": c["dominant_period"], "verdict": c["verdict"]})
         for label, row in r["interventions"]["branch_all"]["rows"].items():
             knock.append({"model": r["model"], "unit": label, "mean change pp": sum(row["pp"]) / len(row["pp"]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from phaseinterp.measure.gap import heldout_text
 from phaseinterp.report.document import Section
 from phaseinterp.tasks.names import PROTOCOLS
 
@@ -25,7 +26,7 @@ def zoo_section(path: Path = RESULTS):
     table = pd.DataFrame([{"model": r["model"], "architecture": r["architecture"], "KV heads": r["kv_heads"],
                            "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"], "learned": r["learned"],
                            "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
-                           "gap CI": f"[{r['gap_ci_pp'][0]:.1f}, {r['gap_ci_pp'][1]:.1f}]", "best r": r["best_residue"],
+                           "held-out gap [CI]": heldout_text(r["gap_heldout_pp"], r["gap_ci_pp"]), "best r": r["best_residue"],
                            "dominant period": r["dominant_period"], "verdict": r["verdict"]} for r in rows])
     text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
             "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "

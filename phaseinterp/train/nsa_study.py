@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.train.evaluate import rows_for
 from phaseinterp.train.nsa_zoo import NSA_ZOO, nsa_name
 from phaseinterp.train.zoo_table import dominant_period, table_period
@@ -48,7 +49,7 @@ def _curve_row(card_path: Path, card: dict, protocol: str, modulus: int, n_per_r
     s = curve.summary()
     return {"protocol": protocol, "modulus": modulus, "learned": bool(s["best"] >= 0.8), "mean": s["mean"],
             "mean_ci": list(s["mean_interval"]), "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"],
-            "gap_ci_pp": list(s["gap_interval_pp"]), "best_residue": s["best_residue"], "worst_residue": s["worst_residue"],
+            "gap_heldout_pp": s["gap_heldout_pp"], "gap_ci_pp": list(s["gap_interval_pp"]), "best_residue": s["best_residue"], "worst_residue": s["worst_residue"],
             "p_phase": s["p_value"], "p_periodic": s["p_periodic"], "verdict": s["verdict"],
             "dominant_period": dominant_period(curve.accuracy), "accuracy": [float(a) for a in curve.accuracy], "task": task}
 
@@ -108,7 +109,7 @@ def _pct(xs) -> str:
 
 
 def _summary_table(results: list[dict]) -> str:
-    head = ("| model | W/S | k | seed | padding | steps (CPU s) | learned | mean % [95% CI] | worst % | gap pp [95% CI] | "
+    head = ("| model | W/S | k | seed | padding | steps (CPU s) | learned | mean % [95% CI] | worst % | " + GAP_HEADER + " | "
             "best r | worst r | dominant period | verdict |\n|" + "---|" * 14 + "\n")
     lines = []
     for r in results:
@@ -117,7 +118,7 @@ def _summary_table(results: list[dict]) -> str:
             cpu = f" ({r['cpu_time_s']:.0f})" if r.get("cpu_time_s") else ""
             lines.append(f"| {r['model']} | {r['W']}/{r['S']} | {r['k']} | {r['seed']} | {c['protocol']} | {r['steps']}{cpu} | "
                          f"{learned} | {100 * c['mean']:.1f} [{100 * c['mean_ci'][0]:.1f}, {100 * c['mean_ci'][1]:.1f}] | "
-                         f"{100 * c['worst']:.1f} | {c['gap_pp']:.1f} [{c['gap_ci_pp'][0]:.1f}, {c['gap_ci_pp'][1]:.1f}] | "
+                         f"{100 * c['worst']:.1f} | {gap_text(c['gap_pp'], c['gap_heldout_pp'], c['gap_ci_pp'])} | "
                          f"{c['best_residue']} | {c['worst_residue']} | "
                          f"{c['dominant_period'] if c['dominant_period'] is not None else 'none'} | {c['verdict']} |")
     return head + "\n".join(lines) + "\n"
@@ -217,7 +218,7 @@ def markdown(results: list[dict], args: argparse.Namespace, missing: list[str], 
               f"Matched record-lookup task (10 records, 6 demonstrations), {args.n_per_residue} logical examples per "
               "residue, residues mod 16 (two periods of S = 8; rows lengthened to 88 tokens), both padding protocols. "
               "Intervals: logical-example cluster bootstrap; verdict: permutation tests at 5%; dominant period: smallest "
-              "period carrying 90% of the curve's spectral power. Learned: best residue >= 80%. Loss curves: "
+              "period carrying 90% of the curve's spectral power. Learned: best residue >= 80%. " + GAP_NOTE + " Loss curves: "
               "`assets/checkpoints/nsa/NAME.metrics.jsonl`.\n", _summary_table(results),
               "\nMean over seeds (prefix padding):\n\n" + _by_config(results),
               "\nAccuracy (%) by residue r = 0..15:\n\n" + "\n".join(

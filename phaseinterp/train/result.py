@@ -35,6 +35,7 @@ import torch
 
 from phaseinterp.checkpoint import load, read_metadata
 from phaseinterp.measure import phase_sweep
+from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.provenance import jsonable, versions
 from phaseinterp.tasks import RecordLookup
 
@@ -83,7 +84,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 512, task_seed: in
         arch = _architecture(card["model_config"])
         rows.append({"model": card["name"], "architecture": arch, "seed": card["seed"], "S": s["stride"],
                      "mean": s["mean"], "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"],
-                     "gap_lo_pp": s["gap_interval_pp"][0], "gap_hi_pp": s["gap_interval_pp"][1],
+                     "gap_heldout_pp": s["gap_heldout_pp"], "gap_lo_pp": s["gap_interval_pp"][0], "gap_hi_pp": s["gap_interval_pp"][1],
                      "p_phase": s["p_value"], "periodicity_pp": s["periodicity_pp"], "p_periodic": s["p_periodic"],
                      "spectral_share": s["spectral_share"], "spectral_baseline": s["spectral_baseline"],
                      "worst_residue": s["worst_residue"], "verdict": s["verdict"]})
@@ -113,17 +114,17 @@ def _architecture(model_config: dict[str, Any]) -> str:
 
 
 def _markdown(table: pd.DataFrame, n_per_residue: int, protocol: str) -> str:
-    head = ("| model | architecture | seed | S | mean | worst | gap (pp) [95% CI] | p(phase) | "
+    head = ("| model | architecture | seed | S | mean | worst | " + GAP_HEADER + " | p(phase) | "
             "mean abs(A(r)-A(r+S)) (pp) | p(periodic) | spectral share (baseline) | verdict |\n|" + "---|" * 12 + "\n")
     lines = [
         f"| {r.model} | {r.architecture} | {r.seed} | {r.S} | {100 * r.mean:.1f} | {100 * r.worst:.1f} | "
-        f"{r.gap_pp:.1f} [{r.gap_lo_pp:.1f}, {r.gap_hi_pp:.1f}] | {r.p_phase:.3g} | {r.periodicity_pp:.1f} | "
+        f"{gap_text(r.gap_pp, r.gap_heldout_pp, (r.gap_lo_pp, r.gap_hi_pp))} | {r.p_phase:.3g} | {r.periodicity_pp:.1f} | "
         f"{r.p_periodic:.3g} | {r.spectral_share:.2f} ({r.spectral_baseline:.2f}) | {r.verdict} |" for r in table.itertuples()]
     acc = [f"| {name} | " + " | ".join(f"{100 * a:.1f}" for a in curve) + " |" for name, curve in table.attrs["accuracy"].items()]
     acc_head = "| model | " + " | ".join(f"r={r}" for r in range(MODULUS)) + " |\n|" + "---|" * (MODULUS + 1) + "\n"
     return (f"## {protocol} padding\n\nRecord lookup, residues mod {MODULUS} (target key position), {n_per_residue} "
             "logical examples per residue, accuracies in %, intervals from a 2,000-replicate logical-example cluster "
-            "bootstrap, p-values from permutation tests.\n\n" + head + "\n".join(lines) + "\n\nAccuracy by residue:\n\n"
+            "bootstrap, p-values from permutation tests. " + GAP_NOTE + "\n\n" + head + "\n".join(lines) + "\n\nAccuracy by residue:\n\n"
             + acc_head + "\n".join(acc) + "\n")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from phaseinterp.config import period_of
+from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, rows_for
@@ -73,7 +74,8 @@ def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: in
         "S": strides[0] if len(strides) == 1 else None, "seed": card["seed"], "protocol": protocol, "modulus": modulus,
         "steps": card["steps"], "cpu_time_s": card.get("cpu_time_s"), "final_loss": card["final_metrics"].get("loss"),
         "learned": bool(s["best"] >= LEARNED_BEST), "mean": s["mean"], "mean_ci": list(s["mean_interval"]),
-        "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"], "gap_ci_pp": list(s["gap_interval_pp"]),
+        "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"], "gap_heldout_pp": s["gap_heldout_pp"],
+        "gap_ci_pp": list(s["gap_interval_pp"]),
         "best_residue": s["best_residue"], "worst_residue": s["worst_residue"], "p_phase": s["p_value"],
         "p_periodic": s["p_periodic"], "test_period": curve.stride, "verdict": s["verdict"],
         "dominant_period": dominant_period(curve.accuracy), "accuracy": [float(a) for a in curve.accuracy], "task": task,
@@ -82,7 +84,7 @@ def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: in
 
 def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
     head = ("| member | architecture | KV | seed | padding | R | steps (CPU s) | learned | mean % [95% CI] | worst % | "
-            "gap pp [95% CI] | best r | dominant period | period verdict |\n|" + "---|" * 14 + "\n")
+            f"{GAP_HEADER} | best r | dominant period | period verdict |\n|" + "---|" * 14 + "\n")
     lines = []
     for r in rows:
         cpu = f" ({r['cpu_time_s']:.0f})" if r["cpu_time_s"] else ""
@@ -90,7 +92,7 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
         lines.append(
             f"| {r['member']} | {r['architecture']} | {r['kv_heads']} | {r['seed']} | {r['protocol']} | {r['modulus']} | "
             f"{r['steps']}{cpu} | {learned} | {100 * r['mean']:.1f} [{100 * r['mean_ci'][0]:.1f}, {100 * r['mean_ci'][1]:.1f}] | "
-            f"{100 * r['worst']:.1f} | {r['gap_pp']:.1f} [{r['gap_ci_pp'][0]:.1f}, {r['gap_ci_pp'][1]:.1f}] | "
+            f"{100 * r['worst']:.1f} | {gap_text(r['gap_pp'], r['gap_heldout_pp'], r['gap_ci_pp'])} | "
             f"{r['best_residue']} | {r['dominant_period'] if r['dominant_period'] is not None else 'none'} | {r['verdict']} |")
     curves = "\n".join(f"- {r['model']} ({r['protocol']}): " + " ".join(f"{100 * a:.0f}" for a in r["accuracy"]) for r in rows)
     return (f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
@@ -98,7 +100,7 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
             "rows lengthened where training rows could not place every residue. Intervals: "
             "2,000-replicate logical-example cluster bootstrap; verdicts: permutation tests at 5%; dominant period: the "
             "smallest period whose harmonics carry 90% of the curve's spectral power (\"none\": none < R does). \"learned\": best "
-            f"residue >= {100 * LEARNED_BEST:.0f}%. Loss curves: `assets/checkpoints/zoo/NAME.metrics.jsonl`.\n\n"
+            f"residue >= {100 * LEARNED_BEST:.0f}%. {GAP_NOTE} Loss curves: `assets/checkpoints/zoo/NAME.metrics.jsonl`.\n\n"
             + head + "\n".join(lines) + "\n\nAccuracy (%) by residue r = 0..R-1:\n\n" + curves + "\n")
 
 
