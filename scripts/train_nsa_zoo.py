@@ -1,7 +1,7 @@
 """Train the NSA zoo (`phaseinterp.train.nsa_zoo.NSA_ZOO`, two seeds each) and ship it.
 
     python scripts/train_nsa_zoo.py                   # 8 runs, one at a time, seed 0 of every member first
-    python -m phaseinterp.measure.nsa_study           # then the measurements (assets/results/nsa.md)
+    python -m phaseinterp.train.nsa_study              # then the measurements (assets/results/nsa.md)
 
 Each run is `phaseinterp train --recipe nsa --member NAME --seed N --out RUNS/nsa-NAME-sN --ship
 assets/checkpoints/nsa` in its own process with one torch thread; a run whose card is already

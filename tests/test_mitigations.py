@@ -200,7 +200,7 @@ def test_summary_ranks_variants_by_gap_and_charges_extra_memory():
     from phaseinterp.mitigate.experiment import best_mitigation, summarize
 
     rows = pd.DataFrame([
-        {"variant": v, "seed": s, "mean": 0.5, "worst": w, "gap_pp": g, "gap_lo": g - 5, "gap_hi": g + 5,
+        {"variant": v, "seed": s, "mean": 0.5, "worst": w, "gap_pp": g, "gap_heldout": g - 1, "gap_lo": g - 5, "gap_hi": g + 5,
          "p_periodic": 0.5, "entries_per_token": e, "train_cpu_s": 1.0}
         for v, e, gaps, worsts in [("baseline", 0.25, (90, 80), (0.1, 0.2)), ("multi-offset", 0.5, (40, 50), (0.5, 0.4)),
                                    ("entropy", 0.25, (70, 60), (0.2, 0.3)), ("random-offsets", 0.25, (2, 3), (0.1, 0.09)),
@@ -212,6 +212,7 @@ def test_summary_ranks_variants_by_gap_and_charges_extra_memory():
     assert summary.loc["multi-offset", "reduction_per_extra_entry"] == pytest.approx(40 / 0.25)
     assert np.isnan(summary.loc["entropy", "reduction_per_extra_entry"])  # no extra memory
     assert (summary.loc["entropy", "gap_min"], summary.loc["entropy", "gap_max"]) == (60, 70)
+    assert (summary.loc["entropy", "gap_heldout"], summary.loc["entropy", "gap_lo"]) == (64, 55)
     assert summary.loc["random-offsets", "learned"] == 0 and summary.loc["multi-offset", "learned"] == 2
     assert best_mitigation(summary.reset_index()) == "multi-offset"  # full attention is the reference, not a mitigation
 
