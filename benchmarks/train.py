@@ -10,10 +10,11 @@ all alike; the result is the median tokens per second of each variant:
 
 - `baseline`: the trainer step as it was before the speed-up (logits and cross-entropy at every
   position, per-parameter AdamW and clipping), kept here verbatim for this comparison;
-- `trainer`: `phaseinterp.train.loop`'s step (logits only where a target is, foreach AdamW and
+- `trainer`: `phaseinterp.train.loop`'s step (logits only where a target is, fused AdamW, foreach
   clipping), on the hooked model;
 - `bypassed`: the same step on a copy whose `HookPoint`s are identity modules;
-- `compiled` (with --compile): the trainer step through `torch.compile`, as `TrainConfig(compile=True)`.
+- `compiled` (with --compile): the trainer step with its forward compiled as `TrainConfig(compile=True)`
+  does (`loop.compile_forward`: one graph per model).
 
 Reported: speed-up trainer/baseline (target >= 2) and hooked/bypassed (target >= 0.95). One thread.
 """
@@ -35,7 +36,7 @@ from torch import nn
 from phaseinterp import __version__
 from phaseinterp.train import make_batch, recipe
 from phaseinterp.train.data import IGNORE
-from phaseinterp.train.loop import batch_sums, step_logits
+from phaseinterp.train.loop import adamw_kernel, batch_sums, compile_forward, step_logits
 from phaseinterp.train.mitigation import Mitigation
 from transformer_lens.hook_points import HookPoint
 
@@ -101,11 +102,12 @@ def bench(name: str, rounds: int, steps: int, compile: bool) -> dict:
         "bypassed": lambda b: trainer_loss(models["bypassed"], models["bypassed"], b),
     }
     if compile:
-        compiled = torch.compile(models["compiled"])
+        compiled = compile_forward(models["compiled"])
         losses["compiled"] = lambda b: trainer_loss(compiled, models["compiled"], b)
     foreach = {k: k != "baseline" for k in models}
     params = {k: list(m.parameters()) for k, m in models.items()}
-    opts = {k: torch.optim.AdamW(params[k], lr=1e-4, foreach=foreach[k]) for k in models}
+    kernel = {k: adamw_kernel(torch.device("cpu")) if foreach[k] else {"foreach": False} for k in models}
+    opts = {k: torch.optim.AdamW(params[k], lr=1e-4, **kernel[k]) for k in models}
     batches = [make_batch(tcfg.mixture, 0, s, tcfg.batch_size) for s in range(steps)]
     tokens = steps * tcfg.batch_size * tcfg.mixture.seq_len
     for k in models:  # warm-up (and compilation)

@@ -103,6 +103,8 @@ class Compressor(nn.Module):
         """`weight[index + first]`: the map of each window offset. The index buffer is checked again
         whenever it changes (gate cycling rolls `gate_index` in place)."""
         index = getattr(self, index_name)
+        if torch.compiler.is_compiling():  # the check below is Python state: compiled, it would guard and recompile
+            return weight[index + first]
         key = (index.data_ptr(), index._version)
         seen = self._arange_seen.get(index_name)
         if seen is None or seen[0] != key:

@@ -50,9 +50,10 @@ class TrainConfig:
         log_every: append a metrics line every this many steps (and at the last step).
         device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
         mitigation: training-time mitigations of phase sensitivity (`phaseinterp.train.mitigation`).
-        compile: run the forward pass through `torch.compile` (needs a C++ compiler on CPU; costs
-            10-60 s of compilation, then about 1.4x the steps per second of eager mode on the tiny models; results
-            match eager mode to float rounding, not bit for bit). Not with mitigations or HF models.
+        compile: run the forward pass through `torch.compile`, one graph per model (needs a C++
+            compiler on CPU; costs 30-90 s of compilation, then about 1.4x the steps per second of
+            eager mode on the tiny models, benchmarks/train.py; results match eager mode to float
+            rounding, not bit for bit). Not with mitigations or HF models.
     """
 
     steps: int = 2000

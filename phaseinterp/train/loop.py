@@ -236,9 +236,8 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
     model = build_model(model_cfg, seed=tcfg.seed).to(device)  # ours, or an HFCausalLM (tokens -> logits)
     model.train()
     _check_setup(model, model_cfg, tcfg, ctx)
-    # foreach: one fused kernel per update kind instead of one per parameter (~1.4x per step on CPU)
     opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
-                            weight_decay=tcfg.weight_decay, foreach=True)
+                            weight_decay=tcfg.weight_decay, **adamw_kernel(device))
     start, prior_elapsed, prior_cpu = _begin(model, opt, model_cfg, tcfg, run_dir, resume, ctx, device)
     wrapped = _wrap(model, tcfg, ctx, device)
     params = list(model.parameters())
@@ -322,8 +321,27 @@ def _wrap(model, tcfg: TrainConfig, ctx: _Dist, device):
 
         wrapped = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if tcfg.compile:
-        wrapped = torch.compile(wrapped)
+        wrapped = compile_forward(wrapped)
     return wrapped
+
+
+def adamw_kernel(device: torch.device) -> dict[str, bool]:
+    """AdamW's implementation: one fused kernel for every parameter where torch has one (CPU and
+    CUDA; ~2.5x faster than foreach on CPU, a tenth of a compiled step), else foreach."""
+    return {"fused": True} if device.type in ("cpu", "cuda") else {"foreach": True}
+
+
+def compile_forward(module):
+    """`torch.compile(module)` as one graph: the last block's `resid[at]` (a data-dependent shape)
+    is traced instead of breaking the graph (and recompiling per target count), which is what
+    brings the compiled step from ~1.7x to ~2x the eager one on CPU (benchmarks/train.py)."""
+    compiled = torch.compile(module)
+
+    def forward(*args, **kwargs):
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            return compiled(*args, **kwargs)
+
+    return forward
 
 
 def _step(wrapped, model, params: list, opt, model_cfg, tcfg: TrainConfig, step: int, ctx: _Dist, device
