@@ -187,7 +187,8 @@ def test_overrides_give_the_entries_our_compressor_gives(deepseek, tokens, layer
     _, clean = b.run(tokens, reads=[read])
     _, edited = b.run(tokens, [b.hook_edit(n, fn) for n, fn in gate_override_hooks(b, kind, **kw)], reads=[read])
     ours, _ = ours_like(deepseek, layer)
-    _, _, our_entries = run_ours(ours, compressor_input(deepseek, tokens, layer), gate_override_hooks(ours, kind, **{**kw, "layers": [0]}))
+    hooks = gate_override_hooks(ours, kind, **{**kw, "layers": [0]})  # our one-layer model: layer 0
+    _, _, our_entries = run_ours(ours, compressor_input(deepseek, tokens, layer), hooks)
     assert (edited[read] - clean[read]).abs().max() > 1e-3  # the override moved the entries
     torch.testing.assert_close(edited[read], our_entries, atol=1e-4, rtol=1e-4)
 
