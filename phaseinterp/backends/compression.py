@@ -15,9 +15,13 @@ map each offset uses) and where its gate logits live:
 offset using the gate map and bias of offset (i - delta) mod W (`edits.CycleGate`).
 
 Example:
-    >>> comp = backend.compression(1)  # HF DeepSeek-V4, a CSA layer
+    >>> from phaseinterp.backends import DeepseekV4Backend
+    >>> from phaseinterp.backends.tiny import tiny_deepseek_v4
+    >>> comp = DeepseekV4Backend(tiny_deepseek_v4()).compression(1)  # HF DeepSeek-V4, a CSA layer
     >>> comp.cc.window, comp.cc.stride, comp.cc.gate, comp.logits
     (8, 4, 'vector', 'projection')
+    >>> backend.compression(0, 1).branch, backend.compression(0, 1).logits  # our W4/S4: the value branch
+    ('v', 'hook')
 """
 
 from __future__ import annotations
