@@ -255,9 +255,10 @@ def test_patching_map_identical_through_transformer_lens_hooks_and_nnsight(model
     pair = mapping_swap(batch) if kind == "mapping_swap" else phase_swap(batch, 1)
     b = backend_for(model)
     for level in ("kv_head", "head", "layer"):
-        via_nnsight = activation_patching(b, pair, unit="z", level=level, rel_min=0)
-        via_hooks = activation_patching(model, pair, unit="z", level=level, rel_min=0, method="hooks")
-        fast = activation_patching(model, pair, unit="z", level=level, rel_min=0)
+        via_nnsight = activation_patching(b, pair, unit="z", level=level, rel_min=0, change="normalized")
+        via_hooks = activation_patching(model, pair, unit="z", level=level, rel_min=0, method="hooks",
+                                        change="normalized")
+        fast = activation_patching(model, pair, unit="z", level=level, rel_min=0, change="normalized")
         assert via_nnsight.meta["intervention"]["engine"] == "nnsight"
         assert fast.meta["intervention"]["method"] == "incremental"
         assert via_nnsight.dims == via_hooks.dims and via_nnsight.coords == via_hooks.coords
@@ -267,8 +268,8 @@ def test_patching_map_identical_through_transformer_lens_hooks_and_nnsight(model
         for key in ("clean", "corrupt"):
             np.testing.assert_array_equal(via_nnsight.meta["logit_diff"][key], via_hooks.meta["logit_diff"][key])
     for unit, kw in [("z", {"positions": "all", "level": "kv_head"}), ("entries", {}), ("gates", {})]:
-        a = activation_patching(b, pair, unit=unit, rel_min=0, **kw)
-        e = activation_patching(model, pair, unit=unit, rel_min=0, **kw)
+        a = activation_patching(b, pair, unit=unit, rel_min=0, **kw, change="normalized")
+        e = activation_patching(model, pair, unit=unit, rel_min=0, **kw, change="normalized")
         assert a.coords == e.coords
         np.testing.assert_array_equal(a.values, e.values)
     assert no_torch_hooks(model) and not any(hp.has_hooks() for hp in model.hook_dict.values())

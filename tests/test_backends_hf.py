@@ -236,7 +236,7 @@ def test_knockout_and_patching_run_on_hf_models_through_the_same_call(which, dee
         torch.testing.assert_close(ko[i], ref, atol=1e-4, rtol=1e-4)
     # patching: head outputs at the final position, every level, both pairings
     pair = mapping_swap(batch)
-    pmap = activation_patching(model, pair, unit="z", level="kv_head", rel_min=0)
+    pmap = activation_patching(model, pair, unit="z", level="kv_head", rel_min=0, change="normalized")
     assert pmap.dims == ("layer", "kv_head", "residue") and pmap.meta["intervention"]["engine"] == "nnsight"
     assert np.isfinite(pmap.values).all() and np.abs(pmap.values).max() > 0.05
     for layer in (0, n_layers - 1):

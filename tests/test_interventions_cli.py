@@ -29,6 +29,8 @@ def test_knockout_command_reports_the_planted_owners(checkpoint, tmp_path, capsy
     assert summary["source"]["task"]["from_card"] and summary["source"]["task"]["n_records"] == 6
     assert summary["coverage"] == {"L0.KV0": [0], "L0.KV1": [2]} and summary["uncovered_residues"] == [1, 3]
     assert summary["clean"]["worst"] == 0.0 and summary["method"] == "incremental"
+    assert summary["patch_mapping"]["quantity"] == "absolute accuracy change (pp)"  # restored, with intervals
+    assert summary["patch_mapping"]["coverage"] == {"L0.KV0": [0], "L0.KV1": [2]}
     smap = SpecializationMap.load(out / "knockout_map.json")
     assert smap.sel(layer=0, kv_head=0)[0] == -100.0 and smap.meta["source"]["checkpoint"] == str(checkpoint)
     for name in ("knockout_map.csv", "knockout_map.html", "clean_curve.json", "patch_mapping.json", "patch_phase.html"):

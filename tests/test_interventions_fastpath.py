@@ -94,8 +94,8 @@ def test_patching_fast_and_hooks_paths_agree():
     task = RecordLookup(vocab_size=128, n_records=8, n_demos=2)
     pair = Pairing.custom(task.sample(4, 4, seed=0), task.sample(4, 4, seed=1))
     for unit, kw in [("z", {"level": "head"}), ("resid", {"positions": ["final"]})]:
-        fast = activation_patching(model, pair, unit=unit, method="incremental", rel_min=0, **kw)
-        slow = activation_patching(model, pair, unit=unit, method="hooks", rel_min=0, **kw)
+        fast = activation_patching(model, pair, unit=unit, method="incremental", rel_min=0, **kw, change="normalized")
+        slow = activation_patching(model, pair, unit=unit, method="hooks", rel_min=0, **kw, change="normalized")
         assert fast.meta["intervention"]["method"] == "incremental"
         assert np.isfinite(fast.values).all() and np.abs(fast.values).max() > 0.05
         np.testing.assert_allclose(fast.values, slow.values, atol=1e-4, rtol=1e-3)

@@ -85,7 +85,7 @@ def test_fast_and_naive_knockout_maps_are_identical(setup):
 
 def test_mapping_swap_patching_recovers_head_and_phases(setup):
     model, batch, _ = setup
-    m = activation_patching(model, mapping_swap(batch, seed=0), unit="z", level="kv_head")
+    m = activation_patching(model, mapping_swap(batch, seed=0), unit="z", level="kv_head", change="normalized")
     v = m.values[0]
     for h, r in OWNED.items():
         assert v[h, r] == pytest.approx(1.0, abs=0.1)  # the owner restores its phase fully
@@ -94,7 +94,8 @@ def test_mapping_swap_patching_recovers_head_and_phases(setup):
     assert m.masked[0, :, [1, 3]].all() and not m.masked[0, :, [0, 2]].any()  # ... and said so
     assert m.meta["masked"]["residues"] == [1, 3] and "nothing to restore" in m.meta["masked"]["reason"]
     assert m.row_labels() == ["L0.KV0", "L0.KV1"]
-    hooks = activation_patching(model, mapping_swap(batch, seed=0), unit="z", level="kv_head", method="hooks")
+    hooks = activation_patching(model, mapping_swap(batch, seed=0), unit="z", level="kv_head", method="hooks",
+                                change="normalized")
     np.testing.assert_allclose(hooks.values, m.values, atol=1e-5)
 
 
@@ -106,7 +107,7 @@ def test_phase_swap_patching_recovers_head_and_phases(setup):
                  pair.clean.tokens.gather(1, pair.clean.key_pos[:, None])).all())
     rows = torch.arange(len(pair))[:, None]
     assert torch.equal(pair.corrupt.tokens, pair.clean.tokens[rows, pair.align])  # aligned token for token
-    m = activation_patching(model, pair, unit="z", level="kv_head")
+    m = activation_patching(model, pair, unit="z", level="kv_head", change="normalized")
     v = m.values[0]
     for h, r in OWNED.items():
         assert v[h, r] > 0.8 and abs(v[1 - h, r]) < 0.2
@@ -115,7 +116,7 @@ def test_phase_swap_patching_recovers_head_and_phases(setup):
 def test_entries_patching_finds_the_value_branch_of_the_owner(setup):
     model, batch, _ = setup
     with pytest.warns(UserWarning, match="changed no output"):  # key entries are equal in the mapping swap
-        m = activation_patching(model, mapping_swap(batch), unit="entries")
+        m = activation_patching(model, mapping_swap(batch), unit="entries", change="normalized")
     assert m.coords["branch"] == ["key", "value"]
     np.testing.assert_allclose(m.sel(branch="key")[0][:, [0, 2]], 0.0, atol=1e-6)
     for h, r in OWNED.items():

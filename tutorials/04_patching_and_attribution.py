@@ -18,12 +18,15 @@
 #
 # A knockout (tutorial 03) asks "what breaks without this unit?". **Activation patching** asks the
 # converse: run a *corrupt* prompt, paste one unit's activation from the *clean* run, and measure how
-# much of the clean behaviour comes back:
+# much of the clean behaviour comes back. Each map cell holds, like a knockout map's, the accuracy
+# change in percentage points (the patched corrupt run against the corrupt run, both scored on the
+# clean answer) with a cluster-bootstrap interval (`lo`, `hi`; `significant` where it excludes 0),
+# and in `extras["normalized"]` the logit-difference fraction restored:
 #
 #     normalized = sum(M_patched - M_corrupt) / sum(M_clean - M_corrupt),   M = logit[answer] - logit[foil]
 #
 # (1 = the unit alone restores the clean run, 0 = no effect, nan = nothing to restore at that
-# residue). Two pairings isolate two questions:
+# residue; `change="normalized"` makes it the map's values). Two pairings isolate two questions:
 #
 # - `phase_swap(batch, delta)`: the same prompt with the haystack rolled so the target moves from
 #   residue `r` to `r + delta`. Same content, different phase: *where does the phase effect live?*
@@ -67,12 +70,19 @@ print(len(pair), "pairs; clean residues", pair.clean.residue[:4].tolist(),
 rows = torch.arange(len(pair))[:, None]
 assert torch.equal(pair.corrupt.tokens, pair.clean.tokens[rows, pair.align])  # same tokens, shifted
 
-z_map = activation_patching(model, pair, unit="z", level="kv_head")
-print("head outputs at the final position, restored fraction:\n", np.round(z_map.values, 2))
+z_map = activation_patching(model, pair, unit="z", level="kv_head", n_boot=500)
+print("head outputs at the final position, accuracy restored (pp; parentheses: interval includes 0):")
+for label, row, sig in zip(z_map.row_labels(), z_map.as_2d(), z_map.as_2d(z_map.significant)):
+    print(f"  {label}:", " ".join(f"{v:.0f}" if s else f"({v:.0f})" for v, s in zip(row, sig)))
+print("restored fraction of the logit difference:\n", np.round(z_map.extras["normalized"], 2))
+strong = [r for r in z_map.coords["residue"] if z_map.significant[1, 0, r]]
+assert strong and all(z_map.sel(layer=1, kv_head=0)[r] > 50 for r in strong)
 
 # %% [markdown]
-# Layer 1's KV head at the final position restores the whole effect (1.0): it carries the retrieved
-# answer. Now patch the residual stream entering each layer at the key, the value and the final
+# Layer 1's KV head at the final position restores the whole effect (fraction 1.0) and about 95
+# points of accuracy, each interval excluding 0: it carries the retrieved answer. Layer 0's head
+# restores nothing (0 pp, not significant). The other residues hold no clean rows in this pairing
+# (nan). Now patch the residual stream entering each layer at the key, the value and the final
 # position:
 
 # %%
@@ -80,7 +90,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # "patching resid changed no output": that is the finding
     resid_map = activation_patching(model, pair, unit="resid")
 print(resid_map.dims, resid_map.coords["position"])
-print("max |restored| over every layer and site:", float(np.nanmax(np.abs(resid_map.values))))
+print("max |accuracy restored| over every layer and site (pp):", float(np.nanmax(np.abs(resid_map.values))),
+      "| max |fraction restored|:", float(np.nanmax(np.abs(resid_map.extras["normalized"]))))
 
 # %% [markdown]
 # Nothing. The clean and corrupt runs hold the same representation at the key, at the value and at
@@ -91,16 +102,18 @@ print("max |restored| over every layer and site:", float(np.nanmax(np.abs(resid_
 
 # %%
 swap = mapping_swap(batch)
-entries = activation_patching(model, swap, unit="entries")
+entries = activation_patching(model, swap, unit="entries", change="normalized")  # the fraction restored
 print(entries.dims)
 for branch in entries.coords["branch"]:
-    print(f"layer 1 {branch:5s} entries restore:", np.round(entries.sel(layer=1, branch=branch, kv_head=0), 2))
+    print(f"layer 1 {branch:5s} entries restore:", np.round(entries.sel(layer=1, branch=branch, kv_head=0), 2),
+          "| pp:", np.round(entries.extras["change_pp"][1, entries.coords["branch"].index(branch), 0]).astype(int))
 assert np.nanmin(entries.sel(layer=1, branch="value", kv_head=0)) > 0.9
 
 # %% [markdown]
 # Pasting the clean **value entries** of layer 1 into the corrupt run restores the answer at every
 # strong residue; key entries do nothing (the keys are the same in both prompts). At weak residues
-# there is nothing to restore (nan): neither run retrieves.
+# there is nothing to restore (nan, masked with that reason): neither run retrieves; in points that
+# is a change of 0 (`extras["change_pp"]`, with its interval in `change_pp_lo` / `change_pp_hi`).
 
 # %%
 map_figure(entries, title="mapping swap: compressed entries patched from the clean run")

@@ -22,7 +22,7 @@
 # | backend | model |
 # |---|---|
 # | `HookedBackend` | our `HookedCompressedTransformer` |
-# | `DeepseekV4Backend` | HF `DeepseekV4ForCausalLM` (CSA and HCA compressors, gates read from the compressor's forward) |
+# | `DeepseekV4Backend` | HF `DeepseekV4ForCausalLM` (CSA and HCA compressors, gates read from the compressor's forward; gate overrides, cycling and attribution) |
 # | `HFCausalLMBackend` | any HF causal LM (Qwen3, Llama, GPT-2, ...), heads read at the attention output projection |
 #
 # A backend exposes named units (`L1.kv0`, `L1.gate0`, ...) and runs edits on them through nnsight;
@@ -50,7 +50,8 @@ from phaseinterp.backends import Replace, SetGate, Unit, backend_for
 from phaseinterp.tasks.niah import deepseek_niah
 from phaseinterp.backends.tiny import tiny_deepseek_v4, tiny_qwen3, word_tokenizer
 from phaseinterp.flip import FillerSpec, completion_flip, completion_flip_text
-from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap
+from phaseinterp.interventions import (activation_patching, cycled_gates, gate_attribution, gate_override,
+                                       knockout_map, mapping_swap)
 from phaseinterp.plot import flip_figure
 from phaseinterp.measure import phase_sweep
 from phaseinterp.tasks import RecordLookup
@@ -87,8 +88,10 @@ for name, (model, stride, task) in models.items():
 #
 # `phase_sweep`, `knockout_map` and `activation_patching` are the calls of tutorials 01, 03 and 04.
 # On the random models the knockout map is nan (no correct row to lose) and the library warns that
-# an intervention changed nothing; we silence that here. Patching measures logit differences, so it
-# can be defined on a random model too, where it means nothing.
+# an intervention changed nothing; we silence that here. Patching maps hold the accuracy restored in
+# points with an interval by default (tutorial 04); here we ask for the fraction of the logit
+# difference restored (`change="normalized"`), which is defined on a random model too, where it
+# means nothing.
 
 # %%
 results = {}
@@ -101,7 +104,7 @@ for name, (model, stride, task) in models.items():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kmap = knockout_map(backend, batch, calib, level="kv_head", n_boot=200, label=name)
-        pmap = activation_patching(backend, mapping_swap(batch), unit="z", level="kv_head")
+        pmap = activation_patching(backend, mapping_swap(batch), unit="z", level="kv_head", change="normalized")
     results[name] = (curve, kmap, pmap)
     print(f"\n{name}: {len(batch)} prompts of {batch.tokens.shape[1]} tokens")
     print("  accuracy by residue mod 8 (%):", np.round(100 * curve.accuracy).astype(int).tolist())
@@ -127,6 +130,29 @@ ds = backends["deepseek-v4 (tiny, random)"]
 tokens = deepseek_niah(tokenizer, 128).sample(1, modulus=8, seed=0).tokens[:2]
 gates = ds.gate_weights(tokens, Unit("gate", 1, 0))
 print("L1.gate0 weights", tuple(gates.shape), "sum over offsets:", gates.sum(2).mean().item())
+
+# %% [markdown]
+# The gate interventions of tutorial 04 (`gate_override`, `cycled_gates` / `gate_cycling`,
+# `gate_attribution`) take this backend as they take our model, on CSA layers (`W = 2m` overlapping
+# slots; entry 0's previous-block slots lie before position 0 and stay masked) and HCA layers
+# (`W = m`). `ds.compression(layer)` describes a layer's gates; its gate logits live only inside the
+# HF forward, so the backend rebuilds them from `gate_proj` and `position_bias` (bit for bit), and
+# cycling rebuilds them with every offset using the map and bias of offset `i - delta`.
+
+# %%
+print({l: (ds.compression(l).cc.window, ds.compression(l).cc.stride, ds.compression(l).logits) for l in (1, 2)})
+niah = deepseek_niah(tokenizer, 128).sample(1, modulus=8, seed=0)
+base = ds.final_logits(niah.tokens, niah.query_pos)
+with gate_override(ds, "uniform", layers=[1]):
+    uniform = ds.final_logits(niah.tokens, niah.query_pos)
+with cycled_gates(ds, 1, layers=[1, 3]):  # the CSA layers (one stride per cycle)
+    cycled = ds.final_logits(niah.tokens, niah.query_pos)
+print("max |logit change|: uniform L1 gates", round(float((uniform - base).abs().max()), 3),
+      "| CSA gates cycled by 1:", round(float((cycled - base).abs().max()), 3))
+assert torch.equal(ds.final_logits(niah.tokens, niah.query_pos), base)  # nothing left behind
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    print(gate_attribution(ds, niah, override="uniform", layers=[1, 2]))  # attribution vs the exact overrides
 
 # %% [markdown]
 # Edits apply inside a `with backend.intervene(...)` block and are gone afterwards (the tests check

@@ -23,7 +23,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.interventions.overrides import BRANCH_NAMES, compressors
-from phaseinterp.interventions.runner import capture
+from phaseinterp.interventions.runner import capture, runnable
 
 ModelOrPath = Union[str, Path, torch.nn.Module]
 
@@ -54,6 +54,7 @@ def gate_weights(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence[in
                  ) -> dict[tuple[int, str], Float[Tensor, "window offset *channels"]]:
     """Gate weights of every (layer, branch) on `tokens`, as [window, offset, kv_head(, d_head)]
     over all complete windows of all rows that start at position >= 0."""
+    model = runnable(model)
     comps = compressors(model, layers)
     names = {f"blocks.{l}.attn.{next(a for a, b in BRANCH_NAMES.items() if b == br)}.hook_gate": (l, br, c)
              for l, br, c in comps}
@@ -66,6 +67,11 @@ def gate_weights(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence[in
     return out
 
 
+def _configs(model, layers: Sequence[int] | None) -> dict:
+    """Each compressed layer's CompressionConfig (our model or a backend with gates)."""
+    return {l: c.cc for l, _, c in compressors(model, layers)}
+
+
 def gate_statistics(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence[int] | None = None) -> pd.DataFrame:
     """One row per (layer, branch, kv_head): window W, stride S, static and per-window effective
     number of offsets (vector gates: mean over channels), and the windows counted.
@@ -76,9 +82,11 @@ def gate_statistics(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence
         >>> df[["branch", "kv_head", "static", "per_window"]].round(2).values.tolist()[:1]
         [['key', 0, 1.0, 1.0]]
     """
+    model = runnable(model)  # a raw HF model gets its backend once, for both reads
     rows = []
+    ccs = _configs(model, layers)
     for (l, br), a in gate_weights(model, tokens, layers=layers).items():
-        cc = model.cfg.compression(l)
+        cc = ccs[l]
         if a.shape[0] == 0:
             raise ValueError(f"tokens of length {tokens.shape[1]} hold no complete window of layer {l} (W={cc.window})")
         static, per = effective_offsets(a)
@@ -104,9 +112,11 @@ def gate_profiles(model, tokens: Int[Tensor, "batch pos"], *, layers: Sequence[i
         >>> df[(df.branch == "value") & (df.kv_head == 0)].g.round(1).tolist()  # value at 1, rolled to 0
         [4.0, 0.0, 0.0, 0.0]
     """
+    model = runnable(model)  # a raw HF model gets its backend once, for both reads
     rows = []
+    ccs = _configs(model, layers)
     for (l, br), a in gate_weights(model, tokens, layers=layers).items():
-        cc = model.cfg.compression(l)
+        cc = ccs[l]
         if cc.chunkings > 1:
             raise ValueError(f"layer {l} has chunkings={cc.chunkings}: gate profiles by phase need one chunk grid "
                              "(allowed chunkings=1); use gate_statistics or read hook_gate per chunking")

@@ -15,7 +15,8 @@ from phaseinterp.backends.base import Backend  # noqa: E402
 from phaseinterp.backends.batching import BatchedNNsight  # noqa: E402
 from phaseinterp.backends.compressed_hf import CompressedHFBackend  # noqa: E402
 from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend  # noqa: E402
-from phaseinterp.backends.edits import Edit, Replace, SetEntries, SetGate  # noqa: E402
+from phaseinterp.backends.compression import Compression  # noqa: E402
+from phaseinterp.backends.edits import CycleGate, Edit, Replace, SetEntries, SetGate  # noqa: E402
 from phaseinterp.backends.hf import HFCausalLMBackend  # noqa: E402
 from phaseinterp.backends.hooked import HookedBackend  # noqa: E402
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention  # noqa: E402
@@ -24,7 +25,8 @@ from phaseinterp.backends.load import backend_for, load_pretrained  # noqa: E402
 from phaseinterp.backends.smollm2 import load_smollm2, smollm2_backend  # noqa: E402
 from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Read, Unit  # noqa: E402
 
-__all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "DeepseekV4Backend", "Edit",
+__all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "Compression", "CycleGate",
+           "DeepseekV4Backend", "Edit",
            "HFCausalLMBackend", "HookedBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
            "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "load_pretrained", "load_smollm2",
            "restore_attention", "smollm2_backend"]

@@ -23,10 +23,12 @@ from torch import Tensor
 
 from phaseinterp.backends.batching import BatchedNNsight
 from phaseinterp.backends.compat import TLCompat
+from phaseinterp.backends.compression import Compression
 from phaseinterp.backends.edits import Edit, _positions, sites
 from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Positions, Read, Unit
 
-SITE_ORDER = {"gate": 0, "entry": 1, "head": 10, "layer": 11}  # forward order inside one layer
+SITE_ORDER = {"gate_logits": 0, "gate": 1, "entry": 2, "head": 10, "layer": 11}  # forward order inside one layer
+COMPRESSOR_SITES = ("gate_logits", "gate", "entry")
 
 
 @dataclass
@@ -104,6 +106,23 @@ class Backend(TLCompat):
 
     def entry_shape(self, layer: int) -> tuple[int, int]:
         """(kv_head, d_entry) trailing axes of the canonical entry layout of `layer`."""
+        raise ValueError(f"layer {layer} has no compressor")
+
+    def compression(self, layer: int, branch: int = 0) -> Compression:
+        """What the gate interventions need to know about compressor branch `branch` of `layer`
+        (`backends.compression`): its CompressionConfig and where its gate logits live."""
+        if self.cfg.gate_branches[layer]:
+            raise ValueError(f"gate interventions are not available on {type(self).__name__}: allowed on "
+                             "HookedBackend and DeepseekV4Backend (learned gates with a compression description)")
+        raise ValueError(f"layer {layer} has no compressor")
+
+    def _gate_projection(self, layer: int, branch: int) -> Tensor:
+        """Inside a trace: every token's gate logits without bias under every gate-map row,
+        [batch, pos, row, kv_head, channel] (`compression.slot_logits`)."""
+        raise ValueError(f"layer {layer} has no compressor")
+
+    def _gate_bias(self, layer: int, branch: int) -> Tensor | None:
+        """The offset bias of the gate logits, [chunking * W, kv_head, channel], or None."""
         raise ValueError(f"layer {layer} has no compressor")
 
     # ---- units -------------------------------------------------------------------------------
@@ -202,7 +221,7 @@ class Backend(TLCompat):
         """
         for e in edits:
             if not hasattr(e, "apply"):
-                raise ValueError(f"edit {e!r} is invalid: allowed Replace, SetGate or SetEntries")
+                raise ValueError(f"edit {e!r} is invalid: allowed Replace, SetGate, SetEntries or CycleGate")
             self.check_unit(e.unit)
         n = len(self._active)
         self._active.extend(edits)
@@ -226,8 +245,8 @@ class Backend(TLCompat):
         return logits[0], values[0]
 
     def run_batched(self, tokens: Int[Tensor, "batch pos"], variants: Sequence[Sequence[Edit]], *,
-                    positions: Int[Tensor, " batch"] | None = None,
-                    variants_per_forward: int | None = None) -> Float[Tensor, "variant batch ..."]:
+                    positions: Int[Tensor, " batch"] | None = None, variants_per_forward: int | None = None,
+                    grad: bool = False) -> Float[Tensor, "variant batch ..."]:
         """Logits of `tokens` under each variant (a list of edits), several variants per forward.
 
         Args:
@@ -236,6 +255,8 @@ class Backend(TLCompat):
             positions: per row, the position whose logits to keep ([variant, batch, vocab]);
                 None keeps all ([variant, batch, pos, vocab]).
             variants_per_forward: variants per batched forward (default all at once).
+            grad: keep the autograd graph (logits, and the edits' tensors, e.g. leaves an edit
+                made of a site's activation to differentiate with respect to; attribution).
 
         Example:
             >>> kv = backend.units("kv_head")
@@ -253,7 +274,7 @@ class Backend(TLCompat):
             raise ValueError(f"variants_per_forward={variants_per_forward} is out of range: allowed >= 1")
         out = []
         for start in range(0, len(variants), chunk):
-            logits, _ = self._trace(tokens, [list(v) for v in variants[start : start + chunk]], [], positions)
+            logits, _ = self._trace(tokens, [list(v) for v in variants[start : start + chunk]], [], positions, grad)
             out.extend(logits)
         return torch.stack(out)
 
@@ -316,7 +337,7 @@ class Backend(TLCompat):
     def _check_read(self, read: Read, batch: int, seq_len: int) -> None:
         if read.site not in SITE_ORDER:
             raise ValueError(f"read site={read.site!r} is invalid: allowed {list(SITE_ORDER)}")
-        if read.site in ("gate", "entry"):
+        if read.site in COMPRESSOR_SITES:
             self.check_unit(Unit("gate", read.layer, read.branch))
         else:
             self.check_unit(Unit("layer", read.layer))
@@ -324,7 +345,7 @@ class Backend(TLCompat):
             sites(read.positions, batch, seq_len)
 
     def _trace(self, tokens: Tensor, variants: list[list[Edit]], reads: list[Read],
-               positions: Tensor | None) -> tuple[list[Tensor], list[dict[Read, Tensor]]]:
+               positions: Tensor | None, grad: bool = False) -> tuple[list[Tensor], list[dict[Read, Tensor]]]:
         batch, seq_len = tokens.shape
         for edits in variants:
             for e in edits:
@@ -337,7 +358,7 @@ class Backend(TLCompat):
         nn = self.nn
         object.__setattr__(nn, "_phaseinterp_call_kwargs", self._call_kwargs(positions, len(variants)))
         try:
-            with torch.no_grad(), nn.trace() as tracer:
+            with torch.set_grad_enabled(grad), nn.trace() as tracer:
                 for i, edits in enumerate(variants):
                     with tracer.invoke(tokens):
                         self._apply(edits, reads, values[i])
@@ -350,15 +371,19 @@ class Backend(TLCompat):
     def _apply(self, edits: list[Edit], reads: list[Read], store: dict[Read, Tensor]) -> None:
         """Inside one invoke: visit the sites in forward order, read, then edit."""
         plan: dict[tuple[int, int, int, str], tuple[list[Edit], list[Read]]] = defaultdict(lambda: ([], []))
+        order = lambda site, branch: SITE_ORDER[site] + len(COMPRESSOR_SITES) * branch * (site in COMPRESSOR_SITES)  # noqa: E731
         for e in edits:
             site, layer, branch = e.site
-            plan[(layer, SITE_ORDER[site] + 2 * branch * (site in ("gate", "entry")), branch, site)][0].append(e)
+            plan[(layer, order(site, branch), branch, site)][0].append(e)
         for r in reads:
-            plan[(r.layer, SITE_ORDER[r.site] + 2 * r.branch * (r.site in ("gate", "entry")), r.branch, r.site)][1].append(r)
+            plan[(r.layer, order(r.site, r.branch), r.branch, r.site)][1].append(r)
         for key in sorted(plan):
             layer, _, branch, name = key
             todo, wanted = plan[key]
             site = self._site(name, layer, branch)
+            # the gate projections run before the gate logits: read them first (nnsight's order)
+            projection = (self._gate_projection(layer, branch)
+                          if any(getattr(e, "needs_projection", False) for e in todo) else None)
             raw = site.get()
             canon = site.to_canon(raw)
             for r in wanted:
@@ -370,5 +395,6 @@ class Backend(TLCompat):
                 store[r] = v.detach().clone()
             if todo:
                 for e in todo:
-                    canon = e.apply(canon, self)
+                    canon = (e.apply(canon, self, projection) if getattr(e, "needs_projection", False)
+                             else e.apply(canon, self))
                 site.set(site.from_canon(canon, raw))

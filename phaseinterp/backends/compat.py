@@ -6,18 +6,23 @@ signatures and meanings, for the hook names that exist on every model:
 
     blocks.{l}.attn.hook_z                      [batch, pos, head, d_head]
     blocks.{l}.hook_attn_out                    [batch, pos, d_model]
+    blocks.{l}.attn.compress_{b}.hook_gate_logits  [batch, entry, offset, kv_head(, d_head)]
     blocks.{l}.attn.compress_{b}.hook_gate      [batch, entry, offset, kv_head(, d_head)]
     blocks.{l}.attn.compress_{b}.hook_out       [batch, entry, kv_head, d_entry]
 
 (`b` is a branch of `cfg.gate_branches[l]`; gates carry the channel axis only for vector gates,
-as on our model; DeepSeek-V4 gates are vector gates with one KV head.)
+as on our model; DeepSeek-V4 gates are vector gates with one KV head, and their logits are rebuilt
+from the gate projection, see `backends.compression`.) TransformerLens-style hooks
+`(name, fn(activation, hook))` become edits with `hook_edit`, so code written as forward hooks
+(gate overrides, attribution's leaves) runs on a backend unchanged.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from typing import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any, Callable, Sequence
 
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -28,6 +33,7 @@ from phaseinterp.backends.units import Read
 _PATTERNS = [
     (re.compile(r"^blocks\.(\d+)\.attn\.hook_z$"), "head"),
     (re.compile(r"^blocks\.(\d+)\.hook_attn_out$"), "layer"),
+    (re.compile(r"^blocks\.(\d+)\.attn\.compress_(\w+)\.hook_gate_logits$"), "gate_logits"),
     (re.compile(r"^blocks\.(\d+)\.attn\.compress_(\w+)\.hook_gate$"), "gate"),
     (re.compile(r"^blocks\.(\d+)\.attn\.compress_(\w+)\.hook_out$"), "entry"),
 ]
@@ -42,7 +48,7 @@ class TLCompat:
         for layer in range(self.cfg.n_layers):
             names += [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.hook_attn_out"]
             for b in self.cfg.gate_branches[layer]:
-                names += [f"blocks.{layer}.attn.compress_{b}.hook_gate", f"blocks.{layer}.attn.compress_{b}.hook_out"]
+                names += [f"blocks.{layer}.attn.compress_{b}.{h}" for h in ("hook_gate_logits", "hook_gate", "hook_out")]
         return names
 
     def resolve_hook(self, name: str) -> tuple[str, int, int, bool]:
@@ -56,22 +62,33 @@ class TLCompat:
                 branches = self.cfg.gate_branches[layer]
                 if m.group(2) in branches:
                     branch = branches.index(m.group(2))
-                    return site, layer, branch, site == "gate" and self.gate_shape(layer)[1] == 1
+                    return site, layer, branch, site in ("gate", "gate_logits") and self.gate_shape(layer)[1] == 1
         close = difflib.get_close_matches(name, self.hook_names(), n=5, cutoff=0.5)
         raise ValueError(f"hook name {name!r} is not available on this backend ({self.cfg.model_class}); "
                          f"closest: {close}; see backend.hook_names()")
 
-    def final_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]
+    def hook_edit(self, name: str, fn: Callable[[Tensor, Any], Tensor]) -> HookEdit:
+        """The edit a TransformerLens-style forward hook `fn(activation, hook)` makes at hook `name`
+        (`hook.name` is the name; the activation is in the hook's own layout)."""
+        site, layer, branch, squeeze = self.resolve_hook(name)
+        hook = SimpleNamespace(name=name)
+        return HookEdit(site, layer, branch, lambda x: fn(x, hook), squeeze)
+
+    def final_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                     fwd_hooks: Sequence[tuple[str, Callable]] = (), *, grad: bool = False
                      ) -> Float[Tensor, "batch vocab"]:
         """Next-token logits at `query_pos[i]` of each row (as `interventions.runner.final_logits`),
-        with the edits of enclosing `intervene` blocks."""
-        return self.run_batched(tokens, [list(self._active)], positions=query_pos)[0]
+        with the edits of enclosing `intervene` blocks, then `fwd_hooks` (TransformerLens-style
+        `(name, fn(activation, hook))`); `grad` keeps the autograd graph."""
+        edits = [*self._active, *[self.hook_edit(name, fn) for name, fn in fwd_hooks]]
+        return self.run_batched(tokens, [edits], positions=query_pos, grad=grad)[0]
 
     def run_units(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
-                  units: Sequence[dict[str, Callable[[Tensor], Tensor]]], *, max_rows: int = 2048
-                  ) -> Float[Tensor, "unit batch vocab"]:
+                  units: Sequence[dict[str, Callable[[Tensor], Tensor]]], *, max_rows: int = 2048,
+                  base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
         """Logits at `query_pos` for each unit's `{hook name: fn(block) -> block}` edit, several
-        units per forward (as `interventions.runner.run_units`; at most `max_rows` rows each).
+        units per forward (as `interventions.runner.run_units`; at most `max_rows` rows each);
+        `base_hooks` (TransformerLens-style) edit every unit's run first (e.g. a gate override).
 
         Example:
             >>> zero = {"blocks.0.attn.hook_z": lambda z: torch.zeros_like(z)}
@@ -80,8 +97,9 @@ class TLCompat:
         """
         if max_rows < 1:
             raise ValueError(f"max_rows={max_rows} is out of range: allowed >= 1")
-        variants = [[HookEdit(*self.resolve_hook(name)[:3], fn, self.resolve_hook(name)[3]) for name, fn in u.items()]
-                    for u in units]
+        base = [*self._active, *[self.hook_edit(name, fn) for name, fn in base_hooks]]
+        variants = [base + [HookEdit(*self.resolve_hook(name)[:3], fn, self.resolve_hook(name)[3])
+                            for name, fn in u.items()] for u in units]
         per = max(1, max_rows // max(tokens.shape[0], 1))
         return self.run_batched(tokens, variants, positions=query_pos, variants_per_forward=per)
 

@@ -52,7 +52,7 @@ class CompressedHFBackend(HFCausalLMBackend):
             layer_strides=tuple(None if s is None else s.stride for s in specs),
             gate_windows=tuple(None if s is None else s.window for s in specs),
             gate_branches=tuple(() if s is None else ("k", "v") for s in specs),
-            user_stride=stride if not self.wrapped else None,
+            user_stride=stride if not self.wrapped else None, n_ctx=c.n_ctx,
         )
 
     def _spec(self, layer: int):

@@ -16,6 +16,12 @@ Where the units live in the HF code (`transformers/models/deepseek_v4/modeling_d
   `a` slots (entry 0: before position 0, weight 0), m..2m-1 the current block's `b` slots;
   HCA: W = m. The lightning indexer's own compressor is not a unit; a gate edit changes the
   entries, not which top-k entries the indexer selects.
+- Gate logits (`compression(layer).logits == "projection"`): they exist only inside the compressor's
+  forward, laid out from `gate_proj`'s output plus `position_bias`. The backend rebuilds them from
+  `gate_proj`'s output ([batch, pos, 2 * head_dim] in CSA: map row 0 = the `a` half, row 1 = the
+  `b` half; [batch, pos, head_dim] in HCA) and the bias, bit for bit (`compression.slot_logits`);
+  an edit of the logits is written back as its softmax (float32, as HF) into the gate weights.
+  Gate cycling (`CycleGate`) rebuilds them with the maps and bias of offset (i - delta) mod W.
 - Entries: the compressor output[0] [batch, 1, entry, head_dim] (after RMSNorm and RoPE at j*m)
   -> canonical [batch, entry, 1, head_dim].
 
@@ -30,8 +36,10 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from phaseinterp.backends.base import Backend, Site, input_head_site
+from phaseinterp.backends.compression import Compression, slot_logits
 from phaseinterp.backends.hf import HFMixin
 from phaseinterp.backends.units import BackendConfig
+from phaseinterp.convert.deepseek_v4 import compression_config_from_hf
 
 CSA, HCA = "compressed_sparse_attention", "heavily_compressed_attention"
 
@@ -82,6 +90,7 @@ class DeepseekV4Backend(HFMixin, Backend):
             layer_strides=tuple(rates[t] if t in (CSA, HCA) else None for t in types),
             gate_windows=tuple({CSA: 2 * rates[CSA], HCA: rates[HCA]}.get(t) if t in (CSA, HCA) else None for t in types),
             gate_branches=tuple(("kv",) if t in (CSA, HCA) else () for t in types),
+            n_ctx=getattr(hf, "max_position_embeddings", None),
         )
         super().__init__(model, cfg)
         self.prefill_chunk = self._check_chunk(prefill_chunk)
@@ -113,6 +122,21 @@ class DeepseekV4Backend(HFMixin, Backend):
         self._compressed(layer)
         return (1, self.cfg.d_head)
 
+    def compression(self, layer: int, branch: int = 0) -> Compression:
+        cc = compression_config_from_hf(self.model.config, self._compressed(layer))
+        if branch != 0:
+            raise ValueError(f"branch={branch} is invalid for layer {layer}: allowed 0 (one tied K = V branch)")
+        return Compression(layer, "kv", cc, logits="projection")
+
+    def _gate_projection(self, layer: int, branch: int) -> Tensor:
+        out = self.nn.model.layers[layer].self_attn.compressor.gate_proj.output
+        return out.view(*out.shape[:2], -1, 1, self.cfg.d_head)  # CSA rows a, b; HCA one row
+
+    def _gate_bias(self, layer: int, branch: int) -> Tensor:
+        bias = self.model.model.layers[layer].self_attn.compressor.position_bias  # [m, rows * head_dim]
+        rows = bias.view(bias.shape[0], -1, 1, self.cfg.d_head)
+        return rows.transpose(0, 1).flatten(0, 1)  # CSA: offsets 0..m-1 use `a`, m..2m-1 use `b`
+
     def _gate_op(self, layer: int) -> str:
         """Name of the softmax over window slots in the compressor's forward (found once)."""
         if layer not in self._softmax_op:
@@ -139,12 +163,22 @@ class DeepseekV4Backend(HFMixin, Backend):
         def set_gate(value: Tensor) -> None:
             op.output = value
 
-        return Site(get=lambda: op.output, set=set_gate, to_canon=lambda raw: raw.unsqueeze(3),
-                    from_canon=lambda canon, raw: canon.squeeze(3).to(raw.dtype))
+        if site == "gate":
+            return Site(get=lambda: op.output, set=set_gate, to_canon=lambda raw: raw.unsqueeze(3),
+                        from_canon=lambda canon, raw: canon.squeeze(3).to(raw.dtype))
+        cc = self.compression(layer).cc
 
-    def _trace(self, tokens, variants, reads, positions):
+        def get_logits() -> Tensor:
+            proj = self._gate_projection(layer, branch)
+            return slot_logits(proj, cc, self._gate_bias(layer, branch), proj.shape[1] // cc.stride)
+
+        # the logits are not a tensor of the forward: an edited copy reaches it as its softmax,
+        # taken as HF takes it (float32 over the window slots)
+        return Site(get=get_logits, set=lambda logits: set_gate(logits.softmax(dim=2, dtype=torch.float32).squeeze(3)))
+
+    def _trace(self, tokens, variants, reads, positions, grad=False):
         # resolve the gate softmax names before the trace (iterating `.source` is structural)
-        layers = {e.unit.layer for v in variants for e in v if e.site[0] == "gate"}
-        for layer in layers | {r.layer for r in reads if r.site == "gate"}:
+        layers = {e.unit.layer for v in variants for e in v if e.site[0] in ("gate", "gate_logits")}
+        for layer in layers | {r.layer for r in reads if r.site in ("gate", "gate_logits")}:
             self._gate_op(layer)
-        return super()._trace(tokens, variants, reads, positions)
+        return super()._trace(tokens, variants, reads, positions, grad)

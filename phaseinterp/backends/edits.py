@@ -6,6 +6,7 @@ that layout, so an edit means the same on every model:
     site     canonical layout                          edit
     head     [batch, pos, head, d_head]                Replace(Unit("head"|"kv_head", l, i), value, positions)
     layer    [batch, pos, d_model]                     Replace(Unit("layer", l), value, positions)
+    gate_logits [batch, entry, offset, kv_head, channel]  CycleGate(Unit("gate", l, b), delta)
     gate     [batch, entry, offset, kv_head, channel]  SetGate(Unit("gate", l, b), weights)
     entry    [batch, entry, kv_head, d_entry]          SetEntries(Unit("gate", l, b), entries, value)
 
@@ -23,6 +24,7 @@ from typing import Callable, Union
 import torch
 from torch import Tensor
 
+from phaseinterp.backends.compression import slot_logits
 from phaseinterp.backends.units import Positions, Unit, UnitSpace
 
 
@@ -230,6 +232,51 @@ class SetEntries:
 
 
 @dataclass(frozen=True, eq=False)
+class CycleGate:
+    """Cycle a compressor branch's gate parameters by `delta` offsets: offset i uses the gate map
+    and offset bias of offset (i - delta) mod W (Z'_i = Z_{(i - delta) mod W}, b'_i likewise),
+    payload maps unchanged (PAPER.md section 4). On our model this is what
+    `interventions.cycled_gates` does to the parameters; here it is an edit of the gate logits,
+    rebuilt from each token's gate projections (`compression.slot_logits`), so it batches and
+    runs on HF DeepSeek-V4 too. Slots before position 0 keep logit -inf (weight 0).
+
+    Example:
+        >>> CycleGate(Unit("gate", 1, 0), 1).site
+        ('gate_logits', 1, 0)
+    """
+
+    unit: Unit
+    delta: int
+
+    needs_projection = True  # `Backend._apply` reads the gate projections before the logits
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.unit, Unit) or self.unit.kind != "gate":
+            raise ValueError(f"CycleGate unit={self.unit!r} is invalid: allowed a gate Unit")
+        if isinstance(self.delta, bool) or not isinstance(self.delta, int):
+            raise ValueError(f"CycleGate delta={self.delta!r} is invalid: allowed an integer")
+
+    site = property(lambda self: ("gate_logits", self.unit.layer, self.unit.index))
+
+    def check(self, backend: UnitSpace, batch: int, seq_len: int) -> None:
+        backend.check_unit(self.unit)
+        comp = backend.compression(self.unit.layer, self.unit.index)
+        W = comp.cc.window
+        if not comp.kind.learned:
+            raise ValueError(f"CycleGate({self.unit.name}): gate={comp.cc.gate!r} has no gate parameters to cycle: "
+                             "allowed a learned gate kind")
+        if self.delta % W == 0:
+            raise ValueError(f"CycleGate({self.unit.name}) delta={self.delta} is invalid (W={W}): allowed delta != 0 mod W")
+
+    def apply(self, x: Tensor, backend: UnitSpace, projection: Tensor) -> Tensor:
+        """`x`: the canonical gate logits (only their shape is used); `projection`: the layer's
+        per-token gate projections under every map row."""
+        layer, branch = self.unit.layer, self.unit.index
+        cc = backend.compression(layer, branch).cc
+        return slot_logits(projection, cc, backend._gate_bias(layer, branch), x.shape[1], self.delta).to(x.dtype)
+
+
+@dataclass(frozen=True, eq=False)
 class HookEdit:
     """An edit given as a function of a site's activation in its TransformerLens layout."""
 
@@ -256,4 +303,4 @@ class HookEdit:
         return self.fn(x.clone())
 
 
-Edit = Union[Replace, SetGate, SetEntries, HookEdit]
+Edit = Union[Replace, SetGate, SetEntries, CycleGate, HookEdit]

@@ -91,12 +91,13 @@ class HFMixin:
     def _pick(self, logits: Tensor, rows: Tensor, positions: Tensor) -> Tensor:
         return logits[:, 0]  # the call kept only each row's position
 
-    def final_logits(self, tokens: Tensor, query_pos: Tensor) -> Tensor:
-        """Next-token logits at `query_pos` of each row; with `prefill_chunk` set (and no active
-        edits), the prompt is read in chunks through the KV cache (long contexts)."""
+    def final_logits(self, tokens: Tensor, query_pos: Tensor, fwd_hooks=(), *, grad: bool = False) -> Tensor:
+        """Next-token logits at `query_pos` of each row (`TLCompat.final_logits`); with
+        `prefill_chunk` set (and no edits, hooks or gradients), the prompt is read in chunks
+        through the KV cache (long contexts)."""
         chunk = self.prefill_chunk
-        if chunk is None or self._active or tokens.shape[1] <= chunk:
-            return self.run_batched(tokens, [list(self._active)], positions=query_pos)[0]
+        if chunk is None or self._active or fwd_hooks or grad or tokens.shape[1] <= chunk:
+            return super().final_logits(tokens, query_pos, fwd_hooks, grad=grad)
         tokens = self._check_tokens(tokens)
         if query_pos.shape != (tokens.shape[0],) or (query_pos < 0).any() or (query_pos >= tokens.shape[1]).any():
             raise ValueError(f"query_pos must hold one position in [0, {tokens.shape[1] - 1}] per row")
@@ -147,6 +148,7 @@ class HFCausalLMBackend(HFMixin, Backend):
             kind="hf", model_class=type(model).__name__, n_layers=n, n_heads=n_heads, n_kv_heads=n_kv,
             d_head=d_head, d_model=d_model, vocab_size=hf.vocab_size, layer_strides=(None,) * n,
             gate_windows=(None,) * n, gate_branches=((),) * n, user_stride=stride,
+            n_ctx=getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None),
         )
         super().__init__(model, cfg)
         self.prefill_chunk = self._check_chunk(prefill_chunk)

@@ -2,8 +2,8 @@
 
 Sites are the model's TransformerLens hook points (docs/hooks.md), reached as nnsight modules:
 heads `blocks.{l}.attn.hook_z` [batch, pos, head, d_head], layers `blocks.{l}.hook_attn_out`,
-gates `blocks.{l}.attn.compress_{k,v,kv}.hook_gate` (scalar gates get a channel axis of 1),
-entries `...compress_*.hook_out` (after RMSNorm, before RoPE).
+gates `blocks.{l}.attn.compress_{k,v,kv}.hook_gate` and gate logits `...hook_gate_logits` (scalar
+gates get a channel axis of 1), entries `...compress_*.hook_out` (after RMSNorm, before RoPE).
 
 Scores and patterns exist only on the explicit attention path (a HookPoint nnsight observes is
 not a TransformerLens hook, so the fused path would skip it): `attention_pattern` switches the
@@ -20,7 +20,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.backends.base import Backend, Site
-from phaseinterp.backends.units import BackendConfig
+from phaseinterp.backends.compression import Compression
+from phaseinterp.backends.units import BackendConfig, Unit
 from phaseinterp.gates import gate_kind
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.model.compressor import window_starts
@@ -58,6 +59,7 @@ class HookedBackend(Backend):
             layer_strides=tuple(None if cc is None else cc.stride for cc in ccs),
             gate_windows=tuple(None if cc is None else cc.window for cc in ccs),
             gate_branches=tuple(() if cc is None else (("kv",) if cc.kv == "tied" else ("k", "v")) for cc in ccs),
+            n_ctx=c.n_ctx,
         )
         super().__init__(model, cfg)
         for block in model.blocks:  # the backend reads heads, layers, gates and entries, never patterns
@@ -88,6 +90,29 @@ class HookedBackend(Backend):
         self._cc(layer)
         return (self.model.cfg.n_kv_heads, self.model.cfg.d_head)
 
+    def compression(self, layer: int, branch: int = 0) -> Compression:
+        cc = self._cc(layer)
+        self.check_unit(Unit("gate", layer, branch))
+        return Compression(layer, self.cfg.gate_branches[layer][branch], cc, logits="hook")
+
+    def _module(self, layer: int, branch: int):
+        return getattr(self.model.blocks[layer].attn, f"compress_{self.cfg.gate_branches[layer][branch]}")
+
+    def _gate_projection(self, layer: int, branch: int) -> Tensor:
+        # every map row applied to every token of the compressor's input (the model applies each
+        # offset's map to its own window slots only; cycling needs the other maps too)
+        comp = self._module(layer, branch)
+        if not comp.kind.learned:
+            raise ValueError(f"layer {layer}: gate={comp.cc.gate!r} has no gate projections")
+        h = getattr(self.nn.blocks[layer].attn, f"compress_{self.cfg.gate_branches[layer][branch]}").input
+        logits = torch.einsum("btd,rde->btre", h, comp.W_Z)
+        return logits.view(*logits.shape[:3], *self.gate_shape(layer))
+
+    def _gate_bias(self, layer: int, branch: int) -> Tensor | None:
+        comp = self._module(layer, branch)
+        bias = getattr(comp, "b_Z", None)
+        return None if bias is None else bias.view(bias.shape[0], *self.gate_shape(layer))
+
     def _site(self, site: str, layer: int, branch: int) -> Site:
         block = self.nn.blocks[layer]
         if site == "head":
@@ -97,7 +122,7 @@ class HookedBackend(Backend):
         compressor = getattr(block.attn, f"compress_{self.cfg.gate_branches[layer][branch]}")
         if site == "entry":
             return _hook_site(compressor.hook_out)
-        s = _hook_site(compressor.hook_gate)
+        s = _hook_site(compressor.hook_gate_logits if site == "gate_logits" else compressor.hook_gate)
         if not gate_kind(self._cc(layer).gate).per_channel:
             s.to_canon = lambda raw: raw[..., None]
             s.from_canon = lambda canon, raw: canon[..., 0]
@@ -106,8 +131,6 @@ class HookedBackend(Backend):
     def attention_pattern(self, tokens: Int[Tensor, "batch pos"], layer: int) -> Float[Tensor, "batch head pos key"]:
         """`blocks.{layer}.attn.hook_pattern` through nnsight (explicit attention for this call only;
         the key axis of compressed layers is documented in docs/hooks.md)."""
-        from phaseinterp.backends.units import Unit
-
         self.check_unit(Unit("layer", layer))
         tokens = self._check_tokens(tokens)
         attn = self.model.blocks[layer].attn

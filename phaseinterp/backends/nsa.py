@@ -34,7 +34,7 @@ class NSABackend(Backend):
             kind="nsa", model_class=type(model).__name__, n_layers=c.n_layers, n_heads=c.n_heads,
             n_kv_heads=c.n_kv_heads, d_head=c.d_head, d_model=c.d_model, vocab_size=c.vocab_size,
             layer_strides=(c.compress_stride,) * c.n_layers, gate_windows=(None,) * c.n_layers,
-            gate_branches=((),) * c.n_layers)
+            gate_branches=((),) * c.n_layers, n_ctx=c.n_ctx)
         super().__init__(model, cfg)
 
     def _forward(self, tokens: Tensor) -> Tensor:

@@ -18,6 +18,7 @@ from typing import Protocol, Union
 from jaxtyping import Bool
 from torch import Tensor
 
+from phaseinterp.backends.compression import Compression
 from phaseinterp.config import period_of
 
 UNIT_KINDS = ("layer", "kv_head", "head", "gate")
@@ -89,6 +90,7 @@ class BackendConfig:
         gate_windows: per layer, the compressor window W (None where there is no compressor).
         gate_branches: per layer, the names of its compressor branches ("kv", or "k" and "v").
         user_stride: a stride given by the user (models without compressors: the period to test).
+        n_ctx: the longest input the model takes (None: not known).
 
     Example:
         >>> backend.cfg.strides, backend.cfg.residue_modulus  # the tiny W4/S4; DeepSeek-V4: ((4, 128), 128)
@@ -107,6 +109,7 @@ class BackendConfig:
     gate_windows: tuple[int | None, ...]
     gate_branches: tuple[tuple[str, ...], ...]
     user_stride: int | None = None
+    n_ctx: int | None = None
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -155,3 +158,5 @@ class UnitSpace(Protocol):
     def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]: ...
     def gate_shape(self, layer: int) -> tuple[int, int]: ...
     def entry_shape(self, layer: int) -> tuple[int, int]: ...
+    def compression(self, layer: int, branch: int = 0) -> Compression: ...
+    def _gate_bias(self, layer: int, branch: int) -> Tensor | None: ...

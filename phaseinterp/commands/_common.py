@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", nargs="?", help="checkpoint path (or use --preset)")
+    p.add_argument("checkpoint", nargs="?", help="checkpoint path (or use --preset): a phaseinterp .safetensors file "
+                                                 "(ours or a trained HF model), or a HuggingFace model folder")
     p.add_argument("--preset", help="random-weight model of this preset instead of a checkpoint")
     p.add_argument("--seed", type=int, default=0, help="initialization seed for --preset (default 0)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -73,8 +74,12 @@ def check_device(device: str) -> None:
                              + (f" or cuda:0..cuda:{n - 1}" if n else ""))
 
 
-def load_model(args: argparse.Namespace) -> torch.nn.Module:
-    """`phaseinterp.load(CHECKPOINT)` or `HookedCompressedTransformer(preset(NAME), seed=SEED)`, eval mode."""
+def load_model(args: argparse.Namespace):
+    """What the command runs on, in eval mode: `HookedCompressedTransformer(preset(NAME), seed=SEED)`,
+    `phaseinterp.load(CHECKPOINT)` for our checkpoints, and for a HuggingFace model its backend
+    (`phaseinterp.backends.backend_for`: DeepSeek-V4 gets `DeepseekV4Backend`, with gates): a
+    checkpoint the trainer wrote (format "phaseinterp-hf-checkpoint-v1") or a folder written by
+    `save_pretrained` (loaded from disk only, in float32)."""
     if (args.checkpoint is None) == (args.preset is None):
         raise ValueError("give a CHECKPOINT path or --preset NAME (exactly one)")
     import torch
@@ -83,9 +88,32 @@ def load_model(args: argparse.Namespace) -> torch.nn.Module:
 
     check_device(args.device)
     torch.set_num_threads(max(1, args.threads))
-    model = (HookedCompressedTransformer(preset(args.preset), seed=args.seed) if args.preset
-             else load(args.checkpoint))
+    if args.preset:
+        return HookedCompressedTransformer(preset(args.preset), seed=args.seed).to(args.device).eval()
+    path = Path(args.checkpoint)
+    if path.is_dir():
+        return _hf_folder(path, args.device)
+    model = load(path)
+    hf = getattr(model, "hf", None)  # a trained HF model (HFCausalLM): its backend runs the interventions
+    if hf is not None:
+        from phaseinterp.backends import backend_for
+
+        return backend_for(hf.to(args.device).eval())
     return model.to(args.device).eval()
+
+
+def _hf_folder(path: Path, device: str):
+    """The backend of a HuggingFace model folder (`config.json` and weights), read offline."""
+    import torch
+
+    from phaseinterp.backends import load_pretrained
+
+    if not (path / "config.json").is_file():
+        raise ValueError(f"checkpoint folder {str(path)!r} has no config.json: allowed a .safetensors checkpoint or "
+                         "a HuggingFace model folder (written by save_pretrained)")
+    backend = load_pretrained(str(path), dtype=torch.float32, device_map=None, local_files_only=True)
+    backend.model.to(device)
+    return backend
 
 
 def source(args: argparse.Namespace) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.overrides import BRANCH_NAMES, TARGETS, compressors, gate_override_hooks, override_values
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.patching import logit_diff, top_other
-from phaseinterp.interventions.runner import capture, final_logits, model_device, run_units
+from phaseinterp.interventions.runner import capture, final_logits, is_backend, model_device, run_units, runnable
 from phaseinterp.interventions.stats import by_residue
 from phaseinterp.measure.provenance import jsonable, model_config, versions
 from phaseinterp.tasks import PhaseBatch
@@ -48,7 +48,9 @@ def attribution_patching(model, tokens: Int[Tensor, "batch pos"], query_pos: Int
     """Elementwise attribution `(source - base) * dM/d(activation)` at the given hook names.
 
     Args:
-        model: a HookedCompressedTransformer (any HookedRootModule with `ln_final.hook_normalized`).
+        model: a HookedCompressedTransformer (any HookedRootModule with `ln_final.hook_normalized`),
+            or a backend (hook names of `backend.hook_names()`; the hooks become edits of one
+            traced forward that keeps the graph, `Backend.run_batched(..., grad=True)`).
         tokens, query_pos: the base run's rows.
         sources: {hook name: source activation, same shape as the base activation}.
         metric: logits at the query positions [batch, vocab] -> per-row metric [batch]; rows are
@@ -74,9 +76,14 @@ def attribution_patching(model, tokens: Int[Tensor, "batch pos"], query_pos: Int
         acts[hook.name] = x
         return x
 
-    hooks = [("hook_embed", leaf), *base_hooks] + [(n, keep) for n in sources]
+    hooks = [*base_hooks] + [(n, keep) for n in sources]
     for n in sources:
-        model.check_hook_name(n)
+        if is_backend(model):
+            model.resolve_hook(n)
+        else:
+            model.check_hook_name(n)
+    if not is_backend(model):  # a backend's leaves are made by `keep` alone (no embedding hook there)
+        hooks.insert(0, ("hook_embed", leaf))
     logits = final_logits(model, tokens, query_pos, hooks, grad=True)
     m = metric(logits)
     missing = set(sources) - set(acts)
@@ -148,7 +155,10 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
     `spearman` is the rank correlation of the two over all cells.
 
     Args:
-        model: a HookedCompressedTransformer with compressed layers.
+        model: a HookedCompressedTransformer with compressed layers, or a backend with gates
+            (`HookedBackend`, `DeepseekV4Backend`: CSA and HCA layers; a raw HF DeepSeek-V4 model
+            is wrapped). On DeepSeek-V4, target "logits" are the logits the backend rebuilds
+            from the gate projection (`backends.compression`).
         data: a Pairing, or a PhaseBatch (then `override` is required).
         override, offset: the override reference.
         mode: "denoise" or "noise" (overrides only).
@@ -168,6 +178,7 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
         raise ValueError(f"target={target!r} is invalid: allowed one of {list(TARGETS)}")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is invalid: allowed one of {list(MODES)}")
+    model = runnable(model)
     comps = compressors(model, layers)
     hook = "hook_gate" if target == "weights" else "hook_gate_logits"
     names = [f"blocks.{l}.attn.{next(a for a, b in BRANCH_NAMES.items() if b == br)}.{hook}" for l, br, _ in comps]

@@ -1,5 +1,9 @@
 """Gate cycling: gate parameters rolled over offsets (payload maps unchanged), and the predicted
-shift of the phase curve A_delta(r) ~ A_0((r - delta) mod R), scored by R^2 without the boundary phase."""
+shift of the phase curve A_delta(r) ~ A_0((r - delta) mod R), scored by R^2 without the boundary phase.
+
+On our model the parameters themselves are rolled (`gate_index`, `b_Z`); on a backend
+(HookedBackend, HF DeepSeek-V4) each branch gets a `CycleGate` edit, which rebuilds the gate
+logits from each token's gate projections with the rolled maps and bias: the same gates."""
 
 from __future__ import annotations
 
@@ -16,15 +20,19 @@ from jaxtyping import Float
 from phaseinterp.interventions.overrides import compressors
 from phaseinterp.measure import PhaseCurve, evaluate_correct
 from phaseinterp.measure.provenance import jsonable, model_config, versions
-from phaseinterp.model.compressor import Compressor
+from phaseinterp.interventions.runner import runnable
+from phaseinterp.measure.sweep import is_backend
+from phaseinterp.model.compressor import map_index
 from phaseinterp.tasks import PhaseBatch
 
 
-def _rollable(comp: Compressor) -> tuple[bool, bool]:
-    """(gate maps differ by offset, has an offset bias)."""
+def _rollable(comp) -> tuple[bool, bool]:
+    """(gate maps differ by offset, has an offset bias), from the layer's config (our
+    `Compressor` or a backend's `Compression`)."""
     if not comp.kind.learned:
         return False, False
-    return bool((comp.gate_index != comp.gate_index[0]).any()), hasattr(comp, "b_Z")
+    index = map_index(comp.cc, comp.cc.gate_maps)
+    return bool((index != index[0]).any()), comp.cc.offset_bias
 
 
 @contextmanager
@@ -36,7 +44,8 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
 
     With shared gate maps only the bias rolls (a shared map is the same at every offset); with
     deepseek-csa's two half maps, the half each offset uses rolls with it. Parameters are restored
-    on exit, also on error.
+    on exit, also on error. On a backend (HookedBackend, HF DeepSeek-V4: CSA and HCA layers) the
+    block runs inside `backend.intervene(CycleGate(...), ...)` instead; nothing is changed in place.
 
     Raises:
         ValueError: delta = 0 mod W in a selected layer, or nothing to roll at all (uniform gates,
@@ -59,13 +68,22 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
         maps, bias = _rollable(comp)
         if not (maps or bias):
             skipped.append(f"{layer}.{branch}")
-        saved.append((comp, comp.gate_index.clone(), comp.b_Z.detach().clone() if hasattr(comp, "b_Z") else None))
+        if not is_backend(model):
+            saved.append((comp, comp.gate_index.clone(), comp.b_Z.detach().clone() if hasattr(comp, "b_Z") else None))
     if len(skipped) == len(comps):
         raise ValueError(f"gate cycling changes nothing in {skipped}: uniform gates, or shared gate maps without "
                          "an offset bias, have no offset-specific gate parameters")
     if skipped:
         warnings.warn(f"gate cycling changes nothing in {skipped} (no offset-specific gate parameters)",
                       UserWarning, stacklevel=3)
+    if is_backend(model):  # edits of every call inside the block: nothing changes in place
+        from phaseinterp.backends import CycleGate, Unit  # only with a backend (nnsight) at hand
+
+        edits = [CycleGate(Unit("gate", layer, _branch_index(model, layer, branch)), delta)
+                 for layer, branch, comp in comps if any(_rollable(comp))]
+        with model.intervene(*edits):
+            yield
+        return
     try:
         with torch.no_grad():
             for comp, index, bias in saved:
@@ -80,6 +98,12 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
                 comp.gate_index.copy_(index)
                 if bias is not None:
                     comp.b_Z.copy_(bias)
+
+
+def _branch_index(backend, layer: int, branch: str) -> int:
+    """Index of a branch ("key", "value", "kv") among the backend's branches of `layer`."""
+    short = {"key": "k", "value": "v", "kv": "kv"}[branch]
+    return list(backend.cfg.gate_branches[layer]).index(short)
 
 
 @dataclass(frozen=True, repr=False)
@@ -146,7 +170,8 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
     """Cycle the gates by each delta and compare the phase curve with A_0((r - delta) mod R).
 
     Args:
-        model: a HookedCompressedTransformer with trainable (non-uniform) gates.
+        model: a HookedCompressedTransformer with trainable (non-uniform) gates, or a backend with
+            gates (`HookedBackend`, `DeepseekV4Backend`; a raw HF DeepSeek-V4 model is wrapped).
         batch: record-lookup prompts over residues 0..R-1 (R a multiple of S).
         deltas: shifts (default 1..S-1).
         layers, branches: which compression branches to cycle (default all).
@@ -160,6 +185,7 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
         >>> [r.delta for r in gate_cycling(model, batch, deltas=[1, 2])]
         [1, 2]
     """
+    model = runnable(model)
     comps = compressors(model, layers, branches)
     strides = sorted({c.cc.stride for _, _, c in comps})
     if len(strides) != 1:

@@ -22,7 +22,7 @@ from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
                                               model_device, run_units, runnable, unchanged_units, warn_unchanged)
-from phaseinterp.interventions.stats import CHANGES, by_residue, paired_bootstrap_relative
+from phaseinterp.interventions.stats import CHANGES, accuracy_change
 from phaseinterp.interventions.units import HeadUnit, check_level, head_units, level_size
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
@@ -247,15 +247,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     clean = is_correct(clean_logits, answers).cpu().numpy()
     ko = is_correct(ko_logits, answers).cpu().numpy()
     res, R = batch.residue.cpu().numpy(), batch.modulus
-    acc_clean = by_residue(clean.astype(np.float64), res, R)
-    acc_ko = by_residue(ko.astype(np.float64), res, R)
-    rel = CHANGES[change](acc_clean[None], acc_ko)
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = paired_bootstrap_relative(clean, ko, res, batch.example_id.cpu().numpy(), R, n_boot=n_boot,
-                                           confidence=confidence, seed=seed, change=change)
+    rel, lo, hi, _, acc_ko = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R, change=change,
+                                             n_boot=n_boot, confidence=confidence, seed=seed)
     layer_ids = sorted({u.layer for u in units})
     n_unit = level_size(model.cfg, level)
     shape = (len(layer_ids), n_unit, R)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from phaseinterp.interventions.checks import check_at_least_one, check_layers
 from phaseinterp.interventions.runner import unchanged_units, warn_unchanged
-from phaseinterp.interventions.stats import by_residue, paired_bootstrap_relative
+from phaseinterp.interventions.stats import by_residue, paired_cluster_bootstrap
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
@@ -116,7 +116,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
     acc_clean, acc_ko = by_residue(clean.astype(np.float64), res, R), by_residue(ko.astype(np.float64), res, R)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = paired_bootstrap_relative(clean, ko, res, batch.example_id.cpu().numpy(), R, n_boot=n_boot,
+        lo, hi = paired_cluster_bootstrap(clean, ko, res, batch.example_id.cpu().numpy(), R, n_boot=n_boot,
                                            confidence=confidence, seed=seed, change="absolute")
     shape = (len(layer_ids), len(branches), R)
     S = model_period(model)

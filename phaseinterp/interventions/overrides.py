@@ -1,5 +1,10 @@
 """Gate overrides through hooks: uniform, one-hot on an offset, or a user tensor, on gate weights
-(`hook_gate`) or gate logits (`hook_gate_logits`), for chosen layers, branches and KV heads."""
+(`hook_gate`) or gate logits (`hook_gate_logits`), for chosen layers, branches and KV heads.
+
+The same hooks run on our model (TransformerLens) and on a backend (HookedBackend, HF
+DeepSeek-V4: the runner turns them into edits of one traced forward); `compressors` describes the
+gates of either (our `Compressor` modules, or the backend's `Compression` descriptions: both
+carry `.cc` and `.kind`)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from phaseinterp.interventions.runner import hooked
+from phaseinterp.measure.sweep import is_backend
 from phaseinterp.model.compressor import Compressor, window_starts
 
 BRANCH_NAMES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
@@ -20,9 +26,14 @@ TARGETS = ("weights", "logits")
 
 
 def compressors(model, layers: Sequence[int] | None = None, branches: Sequence[str] | None = None
-                ) -> list[tuple[int, str, Compressor]]:
+                ) -> list[tuple[int, str, Any]]:
     """(layer, branch, module) of every compression branch, filtered by layer and branch name
-    ("key", "value", "kv"). Raises ValueError for unknown layers or branches, or when none match."""
+    ("key", "value", "kv"): our model's `Compressor` modules, or on a backend its `Compression`
+    descriptions (`backend.compression(layer, branch)`; the same `.cc` and `.kind`). Raises
+    ValueError for unknown layers or branches, or when none match."""
+    if not is_backend(model) and not hasattr(model, "blocks"):
+        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a HookedCompressedTransformer or a "
+                         "backend with gates (wrap a HF DeepSeek-V4 model: phaseinterp.backends.backend_for(model))")
     allowed = set(BRANCH_NAMES.values())
     if branches is not None:
         bad = [b for b in branches if b not in allowed]
@@ -33,28 +44,38 @@ def compressors(model, layers: Sequence[int] | None = None, branches: Sequence[s
         for layer in layers:
             if not 0 <= int(layer) < n:
                 raise ValueError(f"layer={layer} is invalid: allowed 0..{n - 1}")
+    wanted = None if layers is None else {int(x) for x in layers}
     out = []
-    for layer, block in enumerate(model.blocks):
-        if layers is not None and layer not in [int(x) for x in layers]:
+    for layer in range(n):
+        if wanted is not None and layer not in wanted:
             continue
-        for attr, name in BRANCH_NAMES.items():
-            comp = getattr(block.attn, attr, None)
-            if comp is not None and (branches is None or name in branches):
-                out.append((layer, name, comp))
+        for index, (attr, comp) in enumerate(_branches(model, layer)):
+            name = BRANCH_NAMES[attr]
+            if branches is None or name in branches:
+                out.append((layer, name, comp if comp is not None else model.compression(layer, index)))
     if not out:
+        compressed = [l for l in range(n) if _branches(model, l)]
         raise ValueError(f"no compression branch matches layers={layers}, branches={branches} "
-                         f"(compressed layers: {[l for l in range(n) if model.cfg.compression(l)]})")
+                         f"(compressed layers: {compressed})")
     return out
 
 
-def _valid_slots(comp: Compressor, n_entries: int, device) -> Tensor:
+def _branches(model, layer: int) -> list[tuple[str, Compressor | None]]:
+    """(hook-name prefix, module or None on a backend) of each compressor branch of `layer`."""
+    if is_backend(model):
+        return [(f"compress_{b}", None) for b in model.cfg.gate_branches[layer]]
+    attn = model.blocks[layer].attn
+    return [(attr, getattr(attn, attr)) for attr in BRANCH_NAMES if getattr(attn, attr, None) is not None]
+
+
+def _valid_slots(comp, n_entries: int, device) -> Tensor:
     """[entry, offset] True where the slot lies at a position >= 0 (deepseek-csa entry 0 has not)."""
     cc = comp.cc
     start = window_starts(cc, n_entries, device)
     return (start[:, None] + torch.arange(cc.window, device=device)[None]) >= 0
 
 
-def override_values(comp: Compressor, act: Float[Tensor, "batch entry offset *channels"], kind: str, *,
+def override_values(comp, act: Float[Tensor, "batch entry offset *channels"], kind: str, *,
                     target: str = "weights", offset: int | None = None, tensor: Float[Tensor, "..."] | None = None,
                     kv_heads: Sequence[int] | None = None) -> Float[Tensor, "batch entry offset *channels"]:
     """The gate activation `act` ([batch, entry, offset, kv_head(, d_head)], weights or logits)
@@ -63,7 +84,9 @@ def override_values(comp: Compressor, act: Float[Tensor, "batch entry offset *ch
     kind "uniform": weights 1/W over valid slots (logits: the mean of the valid logits, so the
     softmax is uniform with the smallest change); "one_hot": all weight on `offset` (logits:
     0 there, -inf elsewhere; entries where that slot is invalid are left alone); "tensor":
-    `tensor` broadcast to the activation's shape (e.g. [offset] or [offset, kv_head]).
+    `tensor` broadcast to the activation's shape (e.g. [offset] or [offset, kv_head]), with the
+    slots before position 0 kept masked (weight 0, renormalized over the valid slots; logit -inf).
+    `comp`: our `Compressor` or a backend's `Compression` (its `.cc` gives W and the slots).
     """
     if kind not in OVERRIDES:
         raise ValueError(f"override={kind!r} is invalid: allowed one of {list(OVERRIDES)}")
@@ -99,6 +122,7 @@ def override_values(comp: Compressor, act: Float[Tensor, "batch entry offset *ch
             raise ValueError(f"override tensor of shape {tuple(t.shape)} does not broadcast to the gate's "
                              f"{tuple(act.shape)} ([batch, entry, offset, kv_head(, d_head)]; [offset] or "
                              f"[offset, kv_head] also work)") from None
+        new = _keep_masked(new, vmask, target)
     if kv_heads is not None:
         K = act.shape[3]
         for h in kv_heads:
@@ -108,6 +132,19 @@ def override_values(comp: Compressor, act: Float[Tensor, "batch entry offset *ch
         sel[[int(h) for h in kv_heads]] = True
         new = torch.where(sel.view(1, 1, 1, K, *[1] * (act.ndim - 4)), new, act)
     return new
+
+
+def _keep_masked(new: Tensor, vmask: Tensor, target: str) -> Tensor:
+    """`new` with the slots before position 0 masked as the model masks them. Entries without such
+    slots are returned untouched (bit for bit); the others lose the weight there and are
+    renormalized over their valid slots (logits: -inf there)."""
+    if bool(vmask.all()):
+        return new
+    if target == "logits":
+        return new.masked_fill(~vmask, float("-inf"))
+    kept = torch.where(vmask, new, torch.zeros_like(new))
+    total = kept.sum(2, keepdim=True)
+    return torch.where(vmask.all(2, keepdim=True), new, kept / total.clamp_min(torch.finfo(new.dtype).tiny))
 
 
 def gate_override_hooks(model, kind: str = "uniform", *, target: str = "weights", layers: Sequence[int] | None = None,

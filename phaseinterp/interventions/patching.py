@@ -1,7 +1,13 @@
 """Activation patching (denoising): run the corrupt prompts, patch in one unit's clean
-activation, and measure how much of the clean answer logit difference comes back:
+activation, and measure what comes back, per unit and residue, as
 
-    normalized = (patched - corrupt) / (clean - corrupt),  1 = fully restored, 0 = no effect.
+    absolute change (default)  100 * (acc_patched - acc_corrupt) in percentage points, both
+                               scored against the clean answer, with a paired cluster-bootstrap
+                               interval (`lo`, `hi`; `significant` where it excludes 0), the
+                               statistics of the knockout maps (`stats.accuracy_change`);
+    normalized                 (patched - corrupt) / (clean - corrupt) of the answer logit
+                               difference, 1 = fully restored, 0 = no effect (always in
+                               `extras["normalized"]`; the map's values with change="normalized").
 
 Units: head outputs `z` ("z", grouped by `level`), the residual stream entering a layer at one
 position ("resid"), one KV head's compressed entries of one branch ("entries") and its gate
@@ -24,17 +30,18 @@ from torch import Tensor
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.checks import check_at_least_one, check_layers, check_position
 from phaseinterp.interventions.incremental import FinalPositionRun
-from phaseinterp.interventions.knockout import knockout_edit, unit_axis, unit_coords
+from phaseinterp.interventions.knockout import is_correct, knockout_edit, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.runner import (capture, compressor_names, describe, final_logits, incremental_ok,
                                               is_backend, model_device, run_units, runnable, unchanged_units,
                                               warn_unchanged)
-from phaseinterp.interventions.stats import by_residue
+from phaseinterp.interventions.stats import accuracy_change, by_residue
 from phaseinterp.interventions.units import check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
 
 UNITS = ("z", "resid", "entries", "gates")
+PATCH_CHANGES = ("absolute", "normalized")
 BRANCHES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
 NAMED_SITES = ("key", "value", "final")
 
@@ -85,8 +92,11 @@ def _row_sites(pair: Pairing, site: Any, T: int) -> tuple[Tensor, Tensor]:
 
 def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "head",
                         positions: Any = "final", layers: Sequence[int] | None = None, method: str = "auto",
-                        rel_min: float | int = 0.1, max_rows: int = 2048) -> SpecializationMap:
-    """Denoising activation patching map, normalized per residue of the clean rows.
+                        rel_min: float | int = 0.1, max_rows: int = 2048, change: str = "absolute",
+                        n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> SpecializationMap:
+    """Denoising activation patching map per residue of the clean rows: the accuracy each unit's
+    patch restores in percentage points with its interval (default), or the normalized logit
+    difference restored.
 
     Args:
         model: our HookedCompressedTransformer, a backend (`phaseinterp.backends`, edits through
@@ -103,16 +113,25 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         method: "auto" (z / resid at the final position on our model reuse the corrupt run,
             recomputing only that position; otherwise batched hook forwards), "incremental" or
             "hooks" (always on a backend).
-        rel_min: residues whose mean clean-corrupt gap is under `rel_min` x the metric's scale
-            (largest per-residue mean |logit difference| of clean, corrupt or their gap) are nan.
+        rel_min: for the normalized metric, residues whose mean clean-corrupt gap is under
+            `rel_min` x the metric's scale (largest per-residue mean |logit difference| of clean,
+            corrupt or their gap) are nan (masked with that reason when change="normalized").
         max_rows: rows per batched computation.
+        change: "absolute" (default): `100 * (acc_patched - acc_corrupt)` in pp, both scored
+            against the clean answer, defined at every residue; "normalized": the normalized
+            logit difference restored.
+        n_boot, confidence, seed: the paired logical-example cluster bootstrap of the absolute
+            change (the knockout maps' `paired_cluster_bootstrap`: the same resampled examples
+            for the corrupt and the patched accuracy).
 
     Returns:
-        SpecializationMap with the normalized metric (direction +1, clip 1): dims
-        (layer, level, residue) for z (level "layer": axis "heads" = ["all"]), (layer,
-        position, residue) for resid, and (layer, branch, kv_head, residue) for entries and
-        gates (nan where a layer lacks a branch). Extras: the clean-corrupt gap per residue;
-        meta: clean/corrupt logit differences and accuracies.
+        SpecializationMap (direction +1): values in pp with `lo`/`hi` (`significant`: the
+        interval excludes 0; clip 100), or with change="normalized" the normalized metric
+        (clip 1; no interval). Dims (layer, level, residue) for z (level "layer": axis "heads"
+        = ["all"]), (layer, position, residue) for resid, and (layer, branch, kv_head, residue)
+        for entries and gates (nan where a layer lacks a branch). Extras: "normalized",
+        "change_pp", "change_pp_lo", "change_pp_hi", "acc_patched", the clean-corrupt gap per
+        residue and "masked"; meta: clean/corrupt logit differences and accuracies.
 
     Raises:
         ValueError: naming the bad value and the allowed ones (unit, level, method, layers,
@@ -128,6 +147,9 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         (('layer', 'kv_head', 'residue'), (2, 1, 4))
     """
     model = runnable(model)
+    if change not in PATCH_CHANGES:
+        raise ValueError(f"change={change!r} is invalid: allowed one of {list(PATCH_CHANGES)}")
+    check_at_least_one("n_boot", n_boot)
     layer_ids, positions, fast = _check_patching(model, pair, unit, level, positions, layers, method, rel_min, max_rows)
     clean_logits = final_logits(model, pair.clean.tokens, pair.clean.query_pos)
     layout, labels, present, patched, corrupt_logits = _patched_logits(model, pair, unit, level, positions, layer_ids,
@@ -137,7 +159,8 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
                          {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
                           "positions": positions, "method": "incremental" if fast else "hooks",
                           "engine": "nnsight" if is_backend(model) else "transformer_lens",
-                          "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min})
+                          "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min, "change": change},
+                         {"change": change, "n_boot": n_boot, "confidence": confidence, "seed": seed})
 
 
 def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any, layers: Sequence[int] | None,
@@ -207,8 +230,9 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
 
 
 def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Tensor, patched: Tensor, layout: tuple,
-                  present: list | None, rel_min: float | int, intervention: dict) -> SpecializationMap:
-    """The normalized logit difference restored, per unit and residue, with its provenance."""
+                  present: list | None, rel_min: float | int, intervention: dict, stats: dict) -> SpecializationMap:
+    """The accuracy restored (pp, with its interval) or the normalized logit difference restored,
+    per unit and residue, with the other metric in the extras and the provenance."""
     clean, corrupt = pair.clean, pair.corrupt
     answer = clean.answer
     foil = pair.foil if pair.foil is not None else top_other(corrupt_logits, clean.answers)
@@ -217,28 +241,49 @@ def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Te
     ld_patched = logit_diff(patched, answer, foil).detach().cpu().numpy()
     res, R = clean.residue.cpu().numpy(), clean.modulus
     norm, gap = normalized_by_residue(ld_patched, ld_clean, ld_corrupt, res, R, rel_min)
+    # the accuracy the patch restores: both runs scored against the clean answer, clusters = the
+    # clean rows' logical examples (a pairing keeps one corrupt row per clean row)
+    base_ok = is_correct(corrupt_logits, clean.answers).cpu().numpy()
+    patched_ok = is_correct(patched, clean.answers).cpu().numpy()
+    pp, lo, hi, _, acc_patched = accuracy_change(base_ok, patched_ok, res, clean.example_id.cpu().numpy(), R,
+                                                 change="absolute", n_boot=stats["n_boot"],
+                                                 confidence=stats["confidence"], seed=stats["seed"])
     dims, coords = layout
     shape = tuple(len(coords[d]) for d in dims) + (R,)
-    if present is not None:
-        values = np.full(shape, np.nan)
-        for i, idx in enumerate(present):
-            values[idx] = norm[i]
-    else:
-        values = norm.reshape(shape)
+    cells = lambda per_unit: _cells(per_unit, shape, present)  # noqa: E731
     small = np.isnan(norm).all(axis=0) if norm.size else np.zeros(R, dtype=bool)  # residues below rel_min
-    masked = np.broadcast_to(small, shape).copy()
-    mask_note = None if not small.any() else {
+    normalized = stats["change"] == "normalized"
+    masked = np.broadcast_to(small & normalized, shape).copy()  # pp changes are defined at every residue
+    mask_note = None if not masked.any() else {
         "reason": f"the clean-corrupt logit difference gap is below rel_min={rel_min:g} x its scale: nothing to restore",
         "rel_min": rel_min, "residues": [int(r) for r in np.flatnonzero(small)]}
+    extras = {"clean_minus_corrupt": np.broadcast_to(gap, shape), "masked": masked, "acc_patched": cells(acc_patched)}
+    if normalized:
+        values, bounds, quantity, clip = cells(norm), (None, None), "normalized logit difference restored", 1.0
+        extras.update(change_pp=cells(pp), change_pp_lo=cells(lo), change_pp_hi=cells(hi))
+    else:
+        values, bounds, quantity, clip = cells(pp), (cells(lo), cells(hi)), "absolute accuracy change (pp)", 100.0
+        extras["normalized"] = cells(norm)
     acc = lambda lg, b: by_residue((lg.argmax(-1).cpu()[:, None] == b.answers.cpu()).any(1).numpy().astype(float), res, R)  # noqa: E731
     return SpecializationMap(
-        values=values, dims=(*dims, "residue"), coords={**coords, "residue": list(range(R))},
-        extras={"clean_minus_corrupt": np.broadcast_to(gap, shape), "masked": masked},
-        quantity="normalized logit difference restored", direction=1, clip=1.0,
+        values=values, dims=(*dims, "residue"), coords={**coords, "residue": list(range(R))}, lo=bounds[0],
+        hi=bounds[1], extras=extras, quantity=quantity, direction=1, clip=clip,
         meta={"intervention": intervention, "masked": mask_note,
               "logit_diff": {"clean": by_residue(ld_clean, res, R), "corrupt": by_residue(ld_corrupt, res, R)},
-              "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt)},
+              "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt),
+                           "corrupt_on_clean_answers": by_residue(base_ok.astype(float), res, R)},
+              "n_boot": stats["n_boot"], "confidence": stats["confidence"], "seed": stats["seed"],
               "model": model_config(model), "task": clean.meta, "versions": versions()})
+
+
+def _cells(per_unit: np.ndarray, shape: tuple, present: list | None) -> np.ndarray:
+    """Per-unit rows [unit, residue] laid out on the map's axes (nan where a unit is absent)."""
+    if present is None:
+        return per_unit.reshape(shape)
+    out = np.full(shape, np.nan)
+    for i, idx in enumerate(present):
+        out[idx] = per_unit[i]
+    return out
 
 
 def _z_edits(model, pair: Pairing, units, positions, layer_ids) -> list:

@@ -71,7 +71,12 @@ def compressor_names(model, layer: int) -> list[str]:
 @contextmanager
 def hooked(model, fwd_hooks: Sequence[tuple[str, Callable]] = ()) -> Iterator[None]:
     """Attach forward hooks for the duration of the block; they are removed on exit, also when
-    the block raises (TransformerLens `model.hooks`)."""
+    the block raises (TransformerLens `model.hooks`; on a backend, the same hooks as edits of
+    every call inside `backend.intervene`)."""
+    if is_backend(model):
+        with model.intervene(*[model.hook_edit(name, fn) for name, fn in fwd_hooks]):
+            yield
+        return
     with model.hooks(fwd_hooks=list(fwd_hooks)):
         yield
 
@@ -91,7 +96,8 @@ def final_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor,
 
     The forward stops after `ln_final` (only the scored positions are unembedded). Hooks are
     removed even if the forward raises. A backend computes them with `backend.final_logits`
-    (no `fwd_hooks`, no gradients: edit through `run_units` or `backend.intervene`).
+    (the hooks become edits of that one traced forward, by the hook names of
+    `backend.hook_names()`; `grad` keeps the graph through nnsight).
 
     Example:
         >>> from phaseinterp import HookedCompressedTransformer, preset
@@ -102,8 +108,7 @@ def final_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor,
     """
     if is_backend(model):
         if fwd_hooks or grad:
-            raise ValueError(f"fwd_hooks={list(fwd_hooks)!r}, grad={grad} are invalid for a backend "
-                             f"({describe(model)}): allowed none (edit through run_units or backend.intervene)")
+            return model.final_logits(tokens, query_pos, fwd_hooks, grad=grad)
         return model.final_logits(tokens, query_pos)
     dev = model_device(model)
     tokens, query_pos = tokens.to(dev), query_pos.to(dev)
@@ -146,10 +151,7 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
     """
     check_at_least_one("max_rows", max_rows)
     if is_backend(model):
-        if base_hooks:
-            raise ValueError(f"base_hooks are invalid for a backend ({describe(model)}): allowed none "
-                             "(wrap the call in backend.intervene(...) instead)")
-        return model.run_units(tokens, query_pos, units, max_rows=max_rows)
+        return model.run_units(tokens, query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
     B = tokens.shape[0]
     per = max(1, max_rows // max(B, 1))
     outs = []

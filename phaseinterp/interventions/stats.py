@@ -1,7 +1,13 @@
-"""Per-residue aggregation and the paired cluster bootstrap for intervention effects."""
+"""Per-residue aggregation and the paired cluster bootstrap for intervention effects.
+
+One bootstrap for every map (knockout, patching, NSA branch knockouts, induction sweeps):
+`paired_cluster_bootstrap` resamples the logical examples once per replicate and scores the base
+run and the edited runs on the same draw; `accuracy_change` is a map's cells from it (the point
+change per unit and residue and its interval)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Union
 
 import numpy as np
@@ -45,14 +51,14 @@ def absolute_change(clean: Union[Float[np.ndarray, "..."], Number], edited: Unio
 CHANGES = {"relative": relative_change, "absolute": absolute_change}
 
 
-def paired_bootstrap_relative(clean: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
-                              residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
-                              n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, change: str = "relative"
-                              ) -> tuple[Float[np.ndarray, "unit modulus"], Float[np.ndarray, "unit modulus"]]:
+def paired_cluster_bootstrap(clean: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
+                             residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
+                             n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, change: str = "relative"
+                             ) -> tuple[Float[np.ndarray, "unit modulus"], Float[np.ndarray, "unit modulus"]]:
     """Percentile interval of the accuracy change per unit and residue.
 
     Each replicate draws the logical examples (clusters) with replacement, once, and computes
-    both the clean and the edited accuracy on that draw (paired), then the `change`:
+    both the base ("clean") and the edited accuracy on that draw (paired), then the `change`:
     "relative", `100 * (acc_edited - acc_clean) / acc_clean` (replicates with clean accuracy 0
     are nan), or "absolute", `100 * (acc_edited - acc_clean)` in points.
     """
@@ -73,3 +79,35 @@ def paired_bootstrap_relative(clean: Bool[np.ndarray, " row"], edited: Bool[np.n
     rel = CHANGES[change](acc_c[None], acc_e)  # [unit, boot, modulus]
     lo, hi = percentile_interval(np.moveaxis(rel, 1, 0), confidence)
     return lo, hi
+
+
+#: The bootstrap's former name (it has computed absolute changes too since `change` was added).
+paired_bootstrap_relative = paired_cluster_bootstrap
+
+
+def accuracy_change(base: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
+                    residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
+                    change: str = "absolute", n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
+                    ) -> tuple[Float[np.ndarray, "unit modulus"], Float[np.ndarray, "unit modulus"],
+                               Float[np.ndarray, "unit modulus"], Float[np.ndarray, " modulus"],
+                               Float[np.ndarray, "unit modulus"]]:
+    """A map's cells: (change, lo, hi, base accuracy, edited accuracy) per unit and residue, the
+    change of the edited runs' accuracy against the base run's (`change`: "absolute" pp or
+    "relative" %) with its `paired_cluster_bootstrap` interval.
+
+    Example:
+        >>> base = np.array([True, False, True, False]); edited = np.array([[True, True, True, True]])
+        >>> change, lo, hi, _, _ = accuracy_change(base, edited, np.array([0, 0, 1, 1]), np.arange(4), 2, n_boot=200)
+        >>> change.tolist()
+        [[50.0, 50.0]]
+    """
+    if change not in CHANGES:
+        raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
+    acc_base = by_residue(base.astype(np.float64), residue, modulus)
+    acc_edited = by_residue(edited.astype(np.float64), residue, modulus)
+    point = CHANGES[change](acc_base[None], acc_edited)
+    with warnings.catch_warnings():  # residues without rows, or a base accuracy of 0 in a replicate: nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = paired_cluster_bootstrap(base, edited, residue, cluster, modulus, n_boot=n_boot,
+                                          confidence=confidence, seed=seed, change=change)
+    return point, lo, hi, acc_base, acc_edited

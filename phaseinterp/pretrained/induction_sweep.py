@@ -4,7 +4,7 @@ One forward per prompt and setting gives every query of the second copy (`induct
 the per-row outcomes become a `PhaseCurve` at residues mod R = 2S (so that "period S" can be
 tested) with the library's cluster bootstrap (cluster = prompt), permutation tests and
 `dominant_period`. The change against the uncompressed model is absolute, in points, with a
-paired cluster-bootstrap interval (`interventions.stats.paired_bootstrap_relative`, "absolute").
+paired cluster-bootstrap interval (`interventions.stats.paired_cluster_bootstrap`, "absolute").
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
-from phaseinterp.interventions.stats import paired_bootstrap_relative
+from phaseinterp.interventions.stats import paired_cluster_bootstrap
 from phaseinterp.measure import PhaseCurve, evaluate_correct
 from phaseinterp.tasks import PhaseBatch
 from phaseinterp.train.zoo_table import dominant_period
@@ -102,7 +102,7 @@ def sweep_row(correct: Bool[Tensor, " row"], clean: Bool[Tensor, " row"], batch:
                                     n_perm=n_perm, seed=seed, label=label, config={"compression": spec and spec.to_dict()})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = paired_bootstrap_relative(c, y[None], np.zeros_like(res), ids, 1, n_boot=n_boot, seed=seed,
+        lo, hi = paired_cluster_bootstrap(c, y[None], np.zeros_like(res), ids, 1, n_boot=n_boot, seed=seed,
                                            change="absolute")
     s = curve.summary()
     phase = np.bincount(res % stride, weights=y, minlength=stride) / np.bincount(res % stride, minlength=stride)
