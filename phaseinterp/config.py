@@ -11,12 +11,12 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Literal, Union
 
 from phaseinterp.gates import GATE_KINDS
+from phaseinterp.layouts import layout_of
 
 MAPS = ("per_offset", "shared")
 KV_MODES = ("separate", "tied")
 ROPE_MODES = ("full", "partial", "none")
 ROPE_STYLES = ("neox", "interleaved")
-LAYOUTS = ("generic", "deepseek-csa", "hca")
 
 
 def _bad(name: str, value: Any, allowed: str) -> ValueError:
@@ -92,8 +92,9 @@ class CompressionConfig:
         local_window: exact local window length L (last L tokens, current included), or "tail":
             exact tokens after the last visible entry only.
         sink: per-head sink logit that appears only in the softmax denominator.
-        layout: "generic", "deepseek-csa" (W = 2S two-half overlap, vector gates, tied K/V) or
-            "hca" (W = S).
+        layout: a registered layout (`phaseinterp.layouts`): "generic", "deepseek-csa" (W = 2S
+            two-half overlap, vector gates, tied K/V), "hca" (W = S), or one added with
+            `register_layout`.
         grid_offset: shift the chunk grid back by this many positions, 0 <= grid_offset < S (window
             j starts at jS - grid_offset; slots before position 0 get weight 0). The trainer's
             random-offset mitigation varies it per sequence.
@@ -116,7 +117,7 @@ class CompressionConfig:
     rope_theta: float | None = None
     local_window: Union[int, Literal["tail"]] = 16
     sink: bool = False
-    layout: Literal["generic", "deepseek-csa", "hca"] = "generic"
+    layout: str = "generic"
     grid_offset: int = 0
     chunkings: int = 1
 
@@ -142,14 +143,12 @@ class CompressionConfig:
         if self.local_window != "tail":
             _check_int("local_window", self.local_window, 0)
         _check_bool("sink", self.sink)
-        _check_choice("layout", self.layout, LAYOUTS)
-        if self.layout == "deepseek-csa":
-            if self.window != 2 * self.stride:
-                raise _bad("window", self.window, f"2 * stride = {2 * self.stride} for layout 'deepseek-csa'")
-            if self.kv != "tied" or self.gate != "vector":
-                raise _bad("layout", self.layout, "'deepseek-csa' only with kv='tied' and gate='vector'")
-        if self.layout == "hca" and self.window != self.stride:
-            raise _bad("window", self.window, f"= stride ({self.stride}) for layout 'hca'")
+        layout = layout_of(self.layout)
+        if layout.window_strides is not None and self.window != layout.window_strides * self.stride:
+            raise _bad("window", self.window, f"{layout.window_rule(self.stride)} for layout {self.layout!r}")
+        if any(getattr(self, field) != value for field, value in layout.requires):
+            fixed = " and ".join(f"{field}={value!r}" for field, value in layout.requires)
+            raise _bad("layout", self.layout, f"{self.layout!r} only with {fixed}")
         _check_int("grid_offset", self.grid_offset, 0, self.stride - 1)
         _check_int("chunkings", self.chunkings, 1, self.stride)
         if self.stride % self.chunkings:
@@ -157,9 +156,9 @@ class CompressionConfig:
 
     @property
     def pad(self) -> int:
-        """How many positions before 0 the first window starts (S for deepseek-csa, else 0, plus
-        `grid_offset`)."""
-        return (self.stride if self.layout == "deepseek-csa" else 0) + self.grid_offset
+        """How many positions before 0 the first window starts: the layout's lookback in strides
+        (S for deepseek-csa, else 0), plus `grid_offset`."""
+        return layout_of(self.layout).lookback * self.stride + self.grid_offset
 
     @property
     def entry_stride(self) -> int:
@@ -175,10 +174,16 @@ class CompressionConfig:
         """First absolute position of entry `entry`'s window (negative for a partly padded one)."""
         return entry * self.entry_stride - self.pad
 
+    @property
+    def rope_shift(self) -> int:
+        """Positions from a window's start to where its key entry is rotated: the layout's
+        `rope_shift` in strides (S for deepseek-csa: the current block's start; else 0)."""
+        return layout_of(self.layout).rope_shift * self.stride
+
     def rope_position(self, entry: int) -> int:
         """Position at which entry `entry`'s key is rotated: its window start (deepseek-csa: the
         current block's start)."""
-        return self.window_start(entry) + (self.stride if self.layout == "deepseek-csa" else 0)
+        return self.window_start(entry) + self.rope_shift
 
     def n_entries(self, seq_len: int) -> int:
         """Number of complete windows in a sequence of `seq_len` tokens."""

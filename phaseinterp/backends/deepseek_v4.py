@@ -40,6 +40,7 @@ from phaseinterp.backends.compression import Compression, slot_logits
 from phaseinterp.backends.hf import HFMixin
 from phaseinterp.backends.units import BackendConfig
 from phaseinterp.convert.deepseek_v4 import compression_config_from_hf
+from phaseinterp.layouts import hf_layouts
 
 CSA, HCA = "compressed_sparse_attention", "heavily_compressed_attention"
 
@@ -82,13 +83,13 @@ class DeepseekV4Backend(HFMixin, Backend):
         if getattr(hf, "model_type", None) != "deepseek_v4" or not hasattr(model, "model"):
             raise ValueError(f"model of type {type(model).__name__} is invalid: allowed DeepseekV4ForCausalLM")
         types = list(hf.layer_types)
-        rates = hf.compress_rates
+        rates, layouts = hf.compress_rates, hf_layouts()
         cfg = BackendConfig(
             kind="deepseek_v4", model_class=type(model).__name__, n_layers=hf.num_hidden_layers,
             n_heads=hf.num_attention_heads, n_kv_heads=1, d_head=hf.head_dim, d_model=hf.hidden_size,
             vocab_size=hf.vocab_size,
             layer_strides=tuple(rates[t] if t in (CSA, HCA) else None for t in types),
-            gate_windows=tuple({CSA: 2 * rates[CSA], HCA: rates[HCA]}.get(t) if t in (CSA, HCA) else None for t in types),
+            gate_windows=tuple(layouts[t].window_strides * rates[t] if t in (CSA, HCA) else None for t in types),
             gate_branches=tuple(("kv",) if t in (CSA, HCA) else () for t in types),
             n_ctx=getattr(hf, "max_position_embeddings", None),
         )
@@ -109,10 +110,8 @@ class DeepseekV4Backend(HFMixin, Backend):
 
     def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]:
         W, m = self.cfg.gate_windows[layer], self.cfg.layer_strides[layer]
-        valid = torch.ones(n_entries, W, dtype=torch.bool)
-        if self._compressed(layer) == CSA and n_entries:
-            valid[0, :m] = False
-        return valid
+        lookback = hf_layouts()[self._compressed(layer)].lookback  # its first lookback * m slots precede position 0
+        return torch.arange(n_entries)[:, None] * m + torch.arange(W) >= lookback * m
 
     def gate_shape(self, layer: int) -> tuple[int, int]:
         self._compressed(layer)

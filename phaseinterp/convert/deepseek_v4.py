@@ -1,10 +1,12 @@
 """HuggingFace DeepSeek-V4 compressors (`DeepseekV4CSACompressor`, `DeepseekV4HCACompressor`) ->
-our `Compressor` with the "deepseek-csa" / "hca" layouts.
+our `Compressor` with the layouts that name an HF layer type ("deepseek-csa" / "hca", see
+`phaseinterp.layouts`).
 
 HF CSA projects each token to `2 * head_dim` channels: the first half (`a`) feeds the next block's
 entry, the second half (`b`) the current block's. Our deepseek-csa window for entry j lists the
 previous block's `a` slots (offsets 0..S-1, map 0) then block j's `b` slots (offsets S..2S-1,
-map 1); the per-offset per-channel bias `position_bias[i]` splits the same way.
+map 1); the per-offset per-channel bias `position_bias[i]` splits the same way. In general HF
+projects each token to one `head_dim` slice per map of the layout, slice m feeding map m (HCA: one).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from phaseinterp.config import CompressionConfig
+from phaseinterp.layouts import hf_layouts, layout_of
 
 
 def compression_config_from_hf(hf_cfg, layer_type: str) -> CompressionConfig:
@@ -29,26 +32,22 @@ def compression_config_from_hf(hf_cfg, layer_type: str) -> CompressionConfig:
         rope_dims=None if rope_dims == hf_cfg.head_dim else rope_dims,
         rope_theta=float(rope["rope_theta"]), local_window=hf_cfg.sliding_window, sink=True,
     )
-    if layer_type == "compressed_sparse_attention":
-        return CompressionConfig(window=2 * m, layout="deepseek-csa", **common)
-    if layer_type == "heavily_compressed_attention":
-        return CompressionConfig(window=m, layout="hca", **common)
-    raise ValueError(f"layer_type={layer_type!r}: allowed 'compressed_sparse_attention', 'heavily_compressed_attention'")
+    layouts = hf_layouts()
+    if layer_type not in layouts:
+        raise ValueError(f"layer_type={layer_type!r}: allowed {', '.join(repr(t) for t in layouts)}")
+    layout = layouts[layer_type]
+    return CompressionConfig(window=layout.window_strides * m, layout=layout.name, **common)
 
 
 @torch.no_grad()
 def load_hf_compressor(ours, hf) -> None:
     """Copy a HF DeepSeek-V4 compressor's weights into our `Compressor` (n_kv_heads = 1)."""
     d = ours.d_head
-    if ours.cc.layout == "deepseek-csa":
-        kv, gate, bias = hf.kv_proj.weight, hf.gate_proj.weight, hf.position_bias
-        ours.W_C.copy_(torch.stack([kv[:d].T, kv[d:].T]))
-        ours.W_Z.copy_(torch.stack([gate[:d].T, gate[d:].T]))
-        ours.b_Z.copy_(torch.cat([bias[:, :d], bias[:, d:]]))
-    elif ours.cc.layout == "hca":
-        ours.W_C.copy_(hf.kv_proj.weight.T[None])
-        ours.W_Z.copy_(hf.gate_proj.weight.T[None])
-        ours.b_Z.copy_(hf.position_bias)
-    else:
-        raise ValueError(f"layout={ours.cc.layout!r}: allowed 'deepseek-csa' or 'hca' for HF compressors")
+    if layout_of(ours.cc.layout).hf_layer_type is None:
+        allowed = " or ".join(repr(layout.name) for layout in hf_layouts().values())
+        raise ValueError(f"layout={ours.cc.layout!r}: allowed {allowed} for HF compressors")
+    # one head_dim slice of the HF projections (and of the bias channels) per map of the layout
+    ours.W_C.copy_(torch.stack([part.T for part in hf.kv_proj.weight.split(d)]))
+    ours.W_Z.copy_(torch.stack([part.T for part in hf.gate_proj.weight.split(d)]))
+    ours.b_Z.copy_(torch.cat(hf.position_bias.split(d, dim=1)))
     ours.norm.weight.copy_(hf.kv_norm.weight)

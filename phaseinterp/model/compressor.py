@@ -6,8 +6,9 @@ For window j and offset i (absolute position p = start_j + i, layer input h_p):
     a_{j,i} = softmax_i(s_{j,i})          gate weights
     E_j     = RMSNorm(sum_i a_{j,i} * C_{m(i)} h_p)
 
-`m(i)` picks the map used at offset i: i ("per_offset"), 0 ("shared") or the half, 0 = previous
-block's `a` slots and 1 = current block's `b` slots ("deepseek-csa"). Slots before position 0
+`m(i)` picks the map used at offset i: i ("per_offset"), 0 ("shared"), or the window's block
+`i // S` when the layout has block maps (`phaseinterp.layouts`; "deepseek-csa": 0 = previous
+block's `a` slots, 1 = current block's `b` slots). Slots before position 0
 (deepseek-csa entry 0, or a shifted grid's first window) get gate logit -inf, i.e. weight 0, as in
 HuggingFace DeepSeek-V4. RoPE is not applied here: the attention rotates key entries
 (`attn.hook_rot_entries`).
@@ -24,6 +25,7 @@ from torch import Tensor, nn
 
 from phaseinterp.config import CompressionConfig
 from phaseinterp.gates import gate_kind
+from phaseinterp.layouts import layout_of
 from phaseinterp.model.layers import RMSNorm
 from phaseinterp.model.hook_point import HookPoint
 
@@ -36,8 +38,7 @@ def window_starts(cc: CompressionConfig, n_entries: int, device: torch.device | 
 def entry_rope_positions(cc: CompressionConfig, n_entries: int, device: torch.device | None = None
                          ) -> Int[Tensor, " entry"]:
     """Positions at which the key entries are rotated (`CompressionConfig.rope_position`)."""
-    shift = cc.stride if cc.layout == "deepseek-csa" else 0
-    return window_starts(cc, n_entries, device) + shift
+    return window_starts(cc, n_entries, device) + cc.rope_shift
 
 
 def window_positions(cc: CompressionConfig, seq_len: int, device: torch.device | None = None
@@ -49,16 +50,17 @@ def window_positions(cc: CompressionConfig, seq_len: int, device: torch.device |
 
 def map_index(cc: CompressionConfig, maps: str) -> Int[Tensor, " window"]:
     """Row of the payload or gate weights that each window offset uses (`CompressionConfig.payload`, `gate_maps`)."""
-    if cc.layout == "deepseek-csa":
-        return (torch.arange(cc.window) >= cc.stride).long()
+    if layout_of(cc.layout).block_maps:
+        return torch.arange(cc.window) // cc.stride
     if maps == "per_offset":
         return torch.arange(cc.window)
     return torch.zeros(cc.window, dtype=torch.long)
 
 
 def n_maps(cc: CompressionConfig, maps: str) -> int:
-    if cc.layout == "deepseek-csa":
-        return 2
+    """How many payload or gate maps a chunking has: W per offset, 1 shared, or one per window block."""
+    if layout_of(cc.layout).block_maps:
+        return -(-cc.window // cc.stride)
     return cc.window if maps == "per_offset" else 1
 
 
