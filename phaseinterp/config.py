@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Literal, Union
 
@@ -63,6 +64,34 @@ def period_of(strides: Iterable[int]) -> int | None:
     """
     strides = tuple(strides)
     return math.lcm(*strides) if strides else None
+
+def renamed_keyword(func: str, deprecated: dict[str, Any], old: str, new: str, value: Any, *, default: Any = None) -> Any:
+    """The value of keyword `new` of `func`, also accepted under its deprecated name `old`.
+
+    A function that renamed a keyword takes `**deprecated` and calls this once: the old name
+    still works, with a DeprecationWarning, and gives the same result; any other leftover
+    keyword raises TypeError as Python would. `value` is what the function got for `new`
+    (`default` when not given).
+
+    Example:
+        >>> def sweep(*, period=None, **deprecated):
+        ...     return renamed_keyword("sweep", deprecated, "stride", "period", period)
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     sweep(stride=4), sweep(period=4), caught[0].category.__name__
+        (4, 4, 'DeprecationWarning')
+    """
+    if old in deprecated:
+        warnings.warn(f"{func}({old}=...) is deprecated: use {new}=... (same meaning, same results)",
+                      DeprecationWarning, stacklevel=3)
+        if value is not default:
+            raise TypeError(f"{func}() got both {new}= and its deprecated name {old}=: pass {new}= only")
+        value = deprecated.pop(old)
+    if deprecated:
+        raise TypeError(f"{func}() got an unexpected keyword argument {next(iter(deprecated))!r}")
+    return value
+
 
 @dataclass(frozen=True)
 class CompressionConfig:

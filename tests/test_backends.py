@@ -222,7 +222,7 @@ def test_knockout_map_and_phase_sweep_through_the_backend():
     batch, calib = task.sample(6, 4, seed=1), task.sample(6, 4, seed=1, split="calibration")
     b = HookedBackend(model)
     curve = phase_sweep(b, batch, progress=False, n_boot=50, n_perm=50)  # query positions only
-    assert curve.accuracy.tolist() == [1.0, 0.0, 1.0, 0.0] and curve.stride == 4
+    assert curve.accuracy.tolist() == [1.0, 0.0, 1.0, 0.0] and curve.period == 4
     assert curve.config["logits"]["positions"] == "query positions only"
     direct = phase_sweep(model, batch, progress=False, n_boot=50, n_perm=50)  # full forwards
     assert np.array_equal(direct.correct, curve.correct) and "logits" not in direct.config

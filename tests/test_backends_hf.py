@@ -249,10 +249,10 @@ def test_knockout_and_patching_run_on_hf_models_through_the_same_call(which, dee
         g = activation_patching(backend, pair, unit="gates", rel_min=0)
         assert g.dims == ("layer", "branch", "kv_head", "residue") and g.coords["layer"] == [1, 2, 3]
         assert g.coords["branch"] == ["kv"] and np.isfinite(g.values).any()
-    curve = phase_sweep(model, batch, stride=4, progress=False, n_boot=20, n_perm=20)
+    curve = phase_sweep(model, batch, period=4, progress=False, n_boot=20, n_perm=20)
     full = model(batch.tokens, use_cache=False).logits[torch.arange(len(batch)), batch.query_pos]
     assert np.array_equal(curve.correct, (full.argmax(-1)[:, None] == batch.answers).any(1).numpy())
-    assert curve.config["model"]["kind"] == backend.cfg.kind and curve.stride == 4
+    assert curve.config["model"]["kind"] == backend.cfg.kind and curve.period == 4
     assert no_torch_hooks(model)
 
 

@@ -35,7 +35,7 @@ def planted(tokens):
 
 def test_planted_flip_is_recovered():
     # head (1 token) + L + prompt (2 tokens): the last position is L + 2, so 12 wins iff L mod 4 in {0, 1}
-    r = completion_flip(planted, [10, 11], [12, 13], range(64), filler=SPEC, family="words", stride=4, head=[0],
+    r = completion_flip(planted, [10, 11], [12, 13], range(64), filler=SPEC, family="words", period=4, head=[0],
                         n_perm=200, seed=1)
     s = r.summary()
     assert s["rule"] == [0, 1] and (s["agree"], s["lengths"]) == (64, 64)
@@ -46,7 +46,7 @@ def test_planted_flip_is_recovered():
     assert "iff L mod 4 in [0, 1]: 64 of 64" in r.describe()
     # a preference that ignores phase: no rule beyond chance, share near its baseline
     flat = completion_flip(lambda t: torch.randn(*t.shape, 16, generator=torch.Generator().manual_seed(t.shape[1])),
-                           [10, 11], [12, 13], range(64), filler=SPEC, stride=4, n_perm=200)
+                           [10, 11], [12, 13], range(64), filler=SPEC, period=4, n_perm=200)
     assert flat.summary()["p_value"] > 0.01 and flat.summary()["share"] < 0.3
     fig = flip_figure(r)
     assert len(fig.data) == 3 and list(fig.data[0].x) == list(range(64))
@@ -57,7 +57,7 @@ def test_padding_changes_nothing_and_roundtrip(tmp_path):
     model = noisy_model(tiny_cfg([COMPRESSED_VARIANTS["w4s4-scalar"]]), seed=2)
     b = HookedBackend(model)
     lengths = [0, 3, 4, 9, 17, 30]
-    r = completion_flip(b, [10, 11, 12], [20, 21, 22], lengths, filler=SPEC, family="comment", stride=4, head=[0],
+    r = completion_flip(b, [10, 11, 12], [20, 21, 22], lengths, filler=SPEC, family="comment", period=4, head=[0],
                         batch_size=4, n_perm=50)
     for i, L in enumerate(lengths):
         seq = torch.tensor([[0, *SPEC.tokens("comment", L), 10, 11, 12]])
@@ -67,21 +67,21 @@ def test_padding_changes_nothing_and_roundtrip(tmp_path):
     np.testing.assert_array_equal(back.probs, r.probs)
     assert back.summary() == r.summary()
     with pytest.raises(ValueError, match="candidates=\\[20, 20\\] is invalid"):
-        completion_flip(b, [10], [20, 20], lengths, filler=SPEC, stride=4)
-    with pytest.raises(ValueError, match="stride=0 is invalid"):
-        completion_flip(b, [10], [20, 21], lengths, filler=SPEC, stride=0)
+        completion_flip(b, [10], [20, 20], lengths, filler=SPEC, period=4)
+    with pytest.raises(ValueError, match="period=0 is invalid"):
+        completion_flip(b, [10], [20, 21], lengths, filler=SPEC, period=0)
 
 
 def test_text_mode_flip_on_a_tokenizer():
     tok = word_tokenizer(90)
     model = noisy_model(tiny_cfg([COMPRESSED_VARIANTS["w4s4-scalar"]]), seed=4)
     spec = FillerSpec.from_tokenizer(tok, symbol="bab", comment_prefix="bac", newline="bad", n_words=8)
-    r = completion_flip_text(HookedBackend(model), tok, "caf cag cak", [" cal", " cam"], range(8), stride=4,
+    r = completion_flip_text(HookedBackend(model), tok, "caf cag cak", [" cal", " cam"], range(8), period=4,
                              family="symbol", filler=spec, n_perm=20)
     assert r.labels == (" cal", " cam") and r.head_len == 1 and r.prompt_len == 3
     assert r.candidates == tuple(tok.convert_tokens_to_ids(["cal", "cam"]))
     with pytest.raises(ValueError, match="candidate ' cal cam' is invalid"):
-        completion_flip_text(model, tok, "caf", [" cal cam", " cam"], range(4), stride=4, filler=spec)
+        completion_flip_text(model, tok, "caf", [" cal cam", " cam"], range(4), period=4, filler=spec)
 
 
 def test_flip_command(tmp_path, capsys):
@@ -91,10 +91,10 @@ def test_flip_command(tmp_path, capsys):
     ckpt = tmp_path / "planted.safetensors"
     planted_model(64, stride=4, key_offsets=(0, 2)).save(str(ckpt))
     args = ["flip", str(ckpt), "--prompt-ids", "5,40,7,5,41,5", "--candidate-ids", "40,41", "--symbol-id", "60",
-            "--word-ids", "50-59", "--lengths", "0-31", "--stride", "4", "--n-perm", "50", "--out", str(tmp_path / "o")]
+            "--word-ids", "50-59", "--lengths", "0-31", "--period", "4", "--n-perm", "50", "--out", str(tmp_path / "o")]
     assert main(args) == 0
     result = FlipResult.load(tmp_path / "o" / "flip.json")
     assert result.probs.shape == (32, 2) and (tmp_path / "o" / "flip.html").stat().st_size > 1000
     assert result.summary()["share"] > 0.9  # the planted model's preference follows L mod 4
     assert "iff L mod 4" in capsys.readouterr().out
-    assert main(["flip", "--stride", "4", "--out", str(tmp_path / "x")]) == 2
+    assert main(["flip", "--period", "4", "--out", str(tmp_path / "x")]) == 2

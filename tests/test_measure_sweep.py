@@ -21,7 +21,7 @@ class StandIn(torch.nn.Module):
     def __init__(self, strides=(4,), weak=(3,)):
         super().__init__()
         self.cfg = SimpleNamespace(vocab_size=V, n_ctx=1024, strides=strides)
-        self.fn = induction_oracle(V, weak_phases=weak, stride=strides[0] if strides else 1)
+        self.fn = induction_oracle(V, weak_phases=weak, period=strides[0] if strides else 1)
         self.w = torch.nn.Parameter(torch.zeros(1))
         self.seen = 0
         self.modes = []
@@ -42,7 +42,7 @@ def test_sweep_recovers_a_planted_weak_phase(batch):
     curve = phase_sweep(model, batch, progress=False, n_boot=200, n_perm=200, label="planted")
     expect = [0.0 if r % 4 == 3 else 1.0 for r in range(8)]
     assert curve.accuracy.tolist() == expect
-    assert curve.stride == 4 and curve.n.tolist() == [12] * 8
+    assert curve.period == 4 and curve.n.tolist() == [12] * 8
     assert curve.gap_pp == 100 and curve.worst_residue == 3 and curve.mean == 0.75
     assert curve.periodicity_pp == 0 and curve.spectral_share == pytest.approx(1.0)
     assert curve.p_value < 0.01 and curve.p_periodic == 1.0
@@ -60,7 +60,7 @@ def test_sweep_of_a_phase_free_model(batch):
 def test_periodicity_flags_period_that_is_not_the_stride(batch):
     """Weak residue 3 only (mod 8): a phase effect that period 4 does not explain."""
     correct = batch.residue != 3
-    curve = PhaseCurve.from_correct(correct, batch, stride=4, n_boot=100, n_perm=200)
+    curve = PhaseCurve.from_correct(correct, batch, period=4, n_boot=100, n_perm=200)
     assert curve.p_value < 0.01 and curve.p_periodic < 0.01
     assert curve.periodicity_pp == pytest.approx(100 * 2 / 8)
     assert curve.verdict() == "phase effect, not explained by period 4"
@@ -70,7 +70,7 @@ def test_precomputed_correct_matches_the_model_path(batch):
     model = StandIn()
     a = phase_sweep(model, batch, progress=False, n_boot=100, n_perm=100, seed=1)
     correct = evaluate_correct(model, batch, batch_size=7, progress=False)
-    b = phase_sweep(correct, batch, stride=4, n_boot=100, n_perm=100, seed=1)
+    b = phase_sweep(correct, batch, period=4, n_boot=100, n_perm=100, seed=1)
     for name in ("accuracy", "boot_lo", "boot_hi", "wilson_lo"):
         assert np.array_equal(getattr(a, name), getattr(b, name))
     assert a.p_value == b.p_value and a.gap_interval == b.gap_interval
@@ -95,7 +95,7 @@ def test_hf_style_outputs_and_bad_outputs(batch):
 
 def test_default_stride_must_divide_the_modulus(batch):
     curve = phase_sweep(StandIn(strides=(3,), weak=()), batch, progress=False, n_boot=20, n_perm=20)
-    assert curve.stride is None and math.isnan(curve.periodicity_pp) and math.isnan(curve.p_periodic)
+    assert curve.period is None and math.isnan(curve.periodicity_pp) and math.isnan(curve.p_periodic)
 
 
 def test_table_json_roundtrip_html_and_provenance(batch, tmp_path):
@@ -133,7 +133,7 @@ def test_from_correct_without_a_batch_and_errors():
         PhaseCurve.from_correct(correct, residue=residue + 1, modulus=4)
     with pytest.raises(ValueError, match="lengths differ"):
         PhaseCurve.from_correct(correct[:-1], residue=residue, modulus=4)
-    with pytest.raises(ValueError, match="stride=3 must divide the modulus R=4"):
-        PhaseCurve.from_correct(correct, residue=residue, modulus=4, stride=3)
+    with pytest.raises(ValueError, match="period=3 must divide the modulus R=4"):
+        PhaseCurve.from_correct(correct, residue=residue, modulus=4, period=3)
     with pytest.raises(ValueError, match=r"alpha=2.0 out of range"):
         curve.verdict(alpha=2.0)

@@ -8,13 +8,13 @@ from phaseinterp.measure import PhaseCurve
 from phaseinterp.plot import phase_figure, save_html
 
 
-def curve(rates, label, stride=4, seed=0):
+def curve(rates, label, period=4, seed=0):
     rng = np.random.default_rng(seed)
     R = len(rates)
     residue = np.tile(np.arange(R), 40)
     example = np.repeat(np.arange(40), R)
     correct = rng.random(len(residue)) < np.asarray(rates)[residue]
-    return PhaseCurve.from_correct(correct, residue=residue, example_id=example, modulus=R, stride=stride,
+    return PhaseCurve.from_correct(correct, residue=residue, example_id=example, modulus=R, period=period,
                                    n_boot=100, n_perm=50, label=label)
 
 
@@ -41,8 +41,8 @@ def test_one_curve_with_intervals_and_stride_marks():
 
 
 def test_overlay_of_several_curves_and_strides():
-    full, comp = curve([0.6] * 24, "full", stride=None), curve([0.9, 0.8, 0.7, 0.2] * 6, "w4s4")
-    fig = phase_figure({"full attention": full, "compressed": comp}, strides=[4, 8])
+    full, comp = curve([0.6] * 24, "full", period=None), curve([0.9, 0.8, 0.7, 0.2] * 6, "w4s4")
+    fig = phase_figure({"full attention": full, "compressed": comp}, periods=[4, 8])
     assert [t.name for t in fig.data] == ["full attention", "compressed"]
     assert np.allclose(fig.data[1].y, 100 * comp.accuracy)
     xs = sorted(s.x0 for s in fig.layout.shapes)
@@ -67,10 +67,10 @@ def test_html_export_shares_one_plotly_js_per_folder(tmp_path):
 
 
 def test_bad_arguments():
-    c = curve([0.5, 0.6], "x", stride=None)
+    c = curve([0.5, 0.6], "x", period=None)
     with pytest.raises(ValueError, match="unknown interval 'sd'; choose one of: bootstrap, wilson, None"):
         phase_figure(c, interval="sd")
     with pytest.raises(ValueError, match="no curves to plot"):
         phase_figure([])
-    with pytest.raises(ValueError, match=r"stride=0 out of range"):
-        phase_figure(c, strides=[0])
+    with pytest.raises(ValueError, match=r"period=0 out of range"):
+        phase_figure(c, periods=[0])

@@ -1,5 +1,5 @@
 """Completion-flip sweep: candidate next-token probabilities as a filler of length L varies, and
-whether the preferred candidate follows L mod S (see `phaseinterp.flip.sweep`).
+whether the preferred candidate follows L mod P (see `phaseinterp.flip.sweep`).
 
 Example:
     >>> from phaseinterp.flip import FillerSpec, completion_flip

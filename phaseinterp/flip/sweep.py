@@ -1,16 +1,17 @@
-"""Completion-flip sweep: does the preferred next token depend on the filler length L mod S?
+"""Completion-flip sweep: does the preferred next token depend on the filler length L mod P?
 
 For a fixed prompt and candidate next tokens, the model reads `head + filler(L) + prompt` for each
 L in a range; the next-token probabilities of the candidates at the last position are recorded.
-Shifting the prompt by L tokens moves every prompt token's phase by L mod S without changing its
-content, so a preference that flips with L mod S is a phase effect (the paper: DeepSeek-V4-Flash-Base
+Shifting the prompt by L tokens moves every prompt token's phase by L mod P (P the period: the
+compressor stride, or the lcm of the strides) without changing its content, so a preference that
+flips with L mod P is a phase effect (the paper: DeepSeek-V4-Flash-Base
 preferred the right token iff L mod 4 in {2, 3}, in 60 of 64 cases).
 
 Period analysis (`FlipResult.summary`), on the log-odds x(L) = log p(c0) - log p(c1):
-- rule: the residues r = L mod S where c0 wins in most L, and how many L the rule "c0 wins iff
-  L mod S in rule" gets right;
-- share: the variance of x over L explained by L mod S, sum_r n_r (mean_r - mean)^2 / sum (x - mean)^2,
-  with its expectation (S - 1)/(n - 1) for structureless data and a permutation p-value.
+- rule: the residues r = L mod P where c0 wins in most L, and how many L the rule "c0 wins iff
+  L mod P in rule" gets right;
+- share: the variance of x over L explained by L mod P, sum_r n_r (mean_r - mean)^2 / sum (x - mean)^2,
+  with its expectation (P - 1)/(n - 1) for structureless data and a permutation p-value.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from phaseinterp.config import renamed_keyword
 from phaseinterp.flip.filler import FAMILIES, FillerSpec
 from phaseinterp.measure.provenance import dumps, versions
 
@@ -37,7 +39,7 @@ class FlipResult:
     Attributes:
         lengths: filler lengths L. probs: [n_lengths, n_candidates] next-token probabilities
             (softmax over the full vocabulary). candidates: token ids. labels: their names.
-        stride: S of the analysis. family: filler family. head_len, prompt_len: tokens before the
+        period: P of the analysis. family: filler family. head_len, prompt_len: tokens before the
             filler and after it. n_perm, seed: permutation test. config: provenance.
     """
 
@@ -45,7 +47,7 @@ class FlipResult:
     probs: np.ndarray
     candidates: tuple[int, ...]
     labels: tuple[str, ...]
-    stride: int
+    period: int
     family: str
     head_len: int
     prompt_len: int
@@ -55,8 +57,8 @@ class FlipResult:
 
     @property
     def residues(self) -> np.ndarray:
-        """L mod S per length."""
-        return self.lengths % self.stride
+        """L mod P per length."""
+        return self.lengths % self.period
 
     @property
     def preferred(self) -> np.ndarray:
@@ -70,10 +72,10 @@ class FlipResult:
         return np.log(p[:, 0]) - np.log(p[:, 1])
 
     def residue_table(self) -> pd.DataFrame:
-        """Per residue r = L mod S: lengths, mean probability of each candidate, share of lengths
+        """Per residue r = L mod P: lengths, mean probability of each candidate, share of lengths
         where candidate 0 wins, mean log-odds."""
         rows = []
-        for r in range(self.stride):
+        for r in range(self.period):
             m = self.residues == r
             row = {"residue": r, "n": int(m.sum())}
             for j, name in enumerate(self.labels):
@@ -86,18 +88,18 @@ class FlipResult:
     def rule(self) -> tuple[list[int], int, int]:
         """(residues where candidate 0 wins in most lengths, lengths the rule gets right, lengths)."""
         wins = self.preferred == 0
-        rule = [r for r in range(self.stride) if (self.residues == r).any() and wins[self.residues == r].mean() > 0.5]
+        rule = [r for r in range(self.period) if (self.residues == r).any() and wins[self.residues == r].mean() > 0.5]
         agree = int((np.isin(self.residues, rule) == wins).sum())
         return rule, agree, len(self.lengths)
 
     def share(self, x: np.ndarray | None = None) -> float:
-        """Variance of the log-odds over L explained by L mod S (nan when it does not vary)."""
+        """Variance of the log-odds over L explained by L mod P (nan when it does not vary)."""
         x = self.log_odds if x is None else x
         total = ((x - x.mean()) ** 2).sum()
         if total <= 1e-24:
             return float("nan")
         between = sum((self.residues == r).sum() * (x[self.residues == r].mean() - x.mean()) ** 2
-                      for r in range(self.stride) if (self.residues == r).any())
+                      for r in range(self.period) if (self.residues == r).any())
         return float(between / total)
 
     def summary(self) -> dict[str, Any]:
@@ -108,15 +110,15 @@ class FlipResult:
         x = self.log_odds
         null = np.array([self.share(rng.permutation(x)) for _ in range(self.n_perm)])
         p = float((1 + np.sum(null >= share - 1e-12)) / (1 + self.n_perm)) if np.isfinite(share) else float("nan")
-        return {"stride": self.stride, "family": self.family, "candidates": list(self.labels), "rule": rule,
+        return {"period": self.period, "family": self.family, "candidates": list(self.labels), "rule": rule,
                 "agree": agree, "lengths": n, "share": share,
-                "share_baseline": (self.stride - 1) / (n - 1) if n > 1 else float("nan"), "p_value": p}
+                "share_baseline": (self.period - 1) / (n - 1) if n > 1 else float("nan"), "p_value": p}
 
     def describe(self) -> str:
         """One line, e.g. "'a' preferred iff L mod 4 in [2, 3]: 60 of 64 lengths; share 0.81 (p=0.0005)"."""
         s = self.summary()
-        return (f"{self.labels[0]!r} preferred over {self.labels[1]!r} iff L mod {self.stride} in {s['rule']}: "
-                f"{s['agree']} of {s['lengths']} lengths; variance share of L mod {self.stride}: {s['share']:.2f} "
+        return (f"{self.labels[0]!r} preferred over {self.labels[1]!r} iff L mod {self.period} in {s['rule']}: "
+                f"{s['agree']} of {s['lengths']} lengths; variance share of L mod {self.period}: {s['share']:.2f} "
                 f"(structureless {s['share_baseline']:.2f}, p={s['p_value']:.4f})")
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,8 +135,11 @@ class FlipResult:
 
     @classmethod
     def load(cls, path: str | Path) -> FlipResult:
+        """Read a result written by `save` (also one written before `stride` was renamed `period`)."""
         d = json.loads(Path(path).read_text())
         d.pop("summary", None)
+        if "stride" in d and "period" not in d:
+            d["period"] = d.pop("stride")
         d["lengths"], d["probs"] = np.array(d["lengths"]), np.array(d["probs"], dtype=np.float64)
         d["candidates"], d["labels"] = tuple(d["candidates"]), tuple(d["labels"])
         return cls(**d)
@@ -150,9 +155,9 @@ def _logits_fn(model: Any) -> Callable[[Tensor], Tensor]:
 
 
 def completion_flip(model: Any, prompt: Sequence[int] | Int[Tensor, " prompt"], candidates: Sequence[int],
-                    lengths: Sequence[int], *, filler: FillerSpec, family: str = "symbol", stride: int,
+                    lengths: Sequence[int], *, filler: FillerSpec, family: str = "symbol", period: int | None = None,
                     head: Sequence[int] = (), labels: Sequence[str] | None = None, batch_size: int = 16,
-                    pad_id: int | None = None, n_perm: int = 2000, seed: int = 0) -> FlipResult:
+                    pad_id: int | None = None, n_perm: int = 2000, seed: int = 0, **deprecated: Any) -> FlipResult:
     """Probability of each candidate next token after `head + filler(L) + prompt`, for every L.
 
     Sequences of different lengths run together, right-padded: a causal model's logits at a row's
@@ -164,7 +169,8 @@ def completion_flip(model: Any, prompt: Sequence[int] | Int[Tensor, " prompt"], 
         candidates: candidate next-token ids (at least 2; candidate 0 is the "right" one).
         lengths: filler lengths L (each 0 or at least the family's minimum).
         filler: token ids for the families. family: "symbol", "words" or "comment".
-        stride: S for the period analysis (the compressor stride; 4 for DeepSeek-V4 CSA).
+        period: P for the period analysis (required; the compressor stride, 4 for DeepSeek-V4 CSA).
+            The old name `stride=` still works, with a DeprecationWarning.
         head: tokens before the filler (BOS); phases count from the first of them.
         labels: names of the candidates (default their ids).
         batch_size: sequences per forward. pad_id: right-padding token (default the filler symbol).
@@ -173,10 +179,13 @@ def completion_flip(model: Any, prompt: Sequence[int] | Int[Tensor, " prompt"], 
     Example:
         >>> spec = FillerSpec(symbol=5, words=(7, 8, 9), comment_prefix=(3,), newline=4)
         >>> oracle = lambda t: torch.nn.functional.one_hot(t.roll(-1, 1), 16).float()
-        >>> r = completion_flip(oracle, [10, 11], [12, 13], range(8), filler=spec, stride=4, n_perm=10)
+        >>> r = completion_flip(oracle, [10, 11], [12, 13], range(8), filler=spec, period=4, n_perm=10)
         >>> r.probs.shape
         (8, 2)
     """
+    period = renamed_keyword("completion_flip", deprecated, "stride", "period", period)
+    if period is None:
+        raise TypeError("completion_flip() missing required keyword argument: 'period'")
     prompt = [int(t) for t in (prompt.tolist() if isinstance(prompt, Tensor) else prompt)]
     candidates = [int(c) for c in candidates]
     head = [int(t) for t in head]
@@ -189,8 +198,8 @@ def completion_flip(model: Any, prompt: Sequence[int] | Int[Tensor, " prompt"], 
         raise ValueError(f"candidates={candidates} is invalid: allowed two or more distinct token ids")
     if not lengths or len(set(lengths)) != len(lengths):
         raise ValueError(f"lengths={lengths} is invalid: allowed one or more distinct lengths")
-    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
-        raise ValueError(f"stride={stride!r} is invalid: allowed an integer >= 1")
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise ValueError(f"period={period!r} is invalid: allowed an integer >= 1")
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} is out of range: allowed >= 1")
     labels = tuple(str(c) for c in candidates) if labels is None else tuple(labels)
@@ -210,20 +219,23 @@ def completion_flip(model: Any, prompt: Sequence[int] | Int[Tensor, " prompt"], 
         probs.append(p[:, candidates].cpu())
     config = {"prompt": prompt, "head": head, "pad_id": pad, "filler": asdict(filler), "versions": versions(),
               "model": getattr(getattr(model, "cfg", None), "model_class", type(model).__name__)}
-    return FlipResult(np.array(lengths), torch.cat(probs).double().numpy(), tuple(candidates), labels, stride,
+    return FlipResult(np.array(lengths), torch.cat(probs).double().numpy(), tuple(candidates), labels, period,
                       family, len(head), len(prompt), n_perm, seed, config)
 
 
 def completion_flip_text(model: Any, tokenizer: Any, prompt: str, candidates: Sequence[str], lengths: Sequence[int],
-                         *, stride: int, family: str = "symbol", filler: FillerSpec | None = None,
+                         *, period: int | None = None, family: str = "symbol", filler: FillerSpec | None = None,
                          **kwargs: Any) -> FlipResult:
     """`completion_flip` from text: the prompt is tokenized once (without special tokens, after the
     tokenizer's BOS when it has one); each candidate must add exactly one token to the prompt.
+    `period` as in `completion_flip` (the old name `stride=` still works, with a DeprecationWarning).
 
     Example:
-        >>> r = completion_flip_text(backend, tok, "x = torch.float8_e4m3", ["fn", "fnuz"], range(64), stride=4)  # doctest: +SKIP
+        >>> r = completion_flip_text(backend, tok, "x = torch.float8_e4m3", ["fn", "fnuz"], range(64), period=4)  # doctest: +SKIP
         >>> r.describe()  # doctest: +SKIP
     """
+    if "stride" in kwargs:
+        period = renamed_keyword("completion_flip_text", {"stride": kwargs.pop("stride")}, "stride", "period", period)
     ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     cands = []
     for c in candidates:
@@ -235,5 +247,5 @@ def completion_flip_text(model: Any, tokenizer: Any, prompt: str, candidates: Se
     head = [tokenizer.bos_token_id] if getattr(tokenizer, "bos_token_id", None) is not None else []
     filler = FillerSpec.from_tokenizer(tokenizer) if filler is None else filler
     kwargs.setdefault("labels", list(candidates))
-    return completion_flip(model, ids, cands, lengths, filler=filler, family=family, stride=stride, head=head,
+    return completion_flip(model, ids, cands, lengths, filler=filler, family=family, period=period, head=head,
                            **kwargs)

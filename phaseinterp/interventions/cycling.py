@@ -196,7 +196,7 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
     deltas = list(range(1, S)) if deltas is None else [int(d) for d in deltas]
     if not deltas:
         raise ValueError("deltas is empty")
-    curve = lambda correct, lab: PhaseCurve.from_correct(correct, batch, stride=S, n_boot=n_boot, n_perm=200,  # noqa: E731
+    curve = lambda correct, lab: PhaseCurve.from_correct(correct, batch, period=S, n_boot=n_boot, n_perm=200,  # noqa: E731
                                                          seed=seed, label=lab)
     base = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=progress), "baseline")
     r = np.arange(R)

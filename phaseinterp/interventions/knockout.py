@@ -253,7 +253,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     n_unit = level_size(model.cfg, level)
     shape = (len(layer_ids), n_unit, R)
     S = model_period(model)
-    curve = PhaseCurve.from_correct(clean, batch, stride=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
+    curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
                                     confidence=confidence, seed=seed, label=f"{label} clean".strip())
     axis = unit_axis(level)
     masked = np.zeros(shape, dtype=bool)

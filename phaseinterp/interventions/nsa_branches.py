@@ -120,7 +120,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
                                            confidence=confidence, seed=seed, change="absolute")
     shape = (len(layer_ids), len(branches), R)
     S = model_period(model)
-    curve = PhaseCurve.from_correct(clean, batch, stride=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
+    curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
                                     confidence=confidence, seed=seed, label=f"{label} clean".strip())
     return SpecializationMap(
         values=(100 * (acc_ko - acc_clean[None])).reshape(shape), dims=("layer", "branch", "residue"),

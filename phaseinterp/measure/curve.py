@@ -16,6 +16,7 @@ import pandas as pd
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from phaseinterp.config import renamed_keyword
 from phaseinterp.measure.gap import heldout_gap
 from phaseinterp.measure.intervals import cluster_bootstrap, percentile_interval, wilson_interval
 from phaseinterp.measure.periodicity import period_baseline, period_share, periodicity_gap, power_spectrum
@@ -44,7 +45,8 @@ class PhaseCurve:
     and periodicity are in percentage points (pp).
 
     Attributes:
-        modulus: R. stride: S used by the periodicity statistics (None: not computed).
+        modulus: R. period: P, the period the periodicity statistics test (None: not computed);
+            for a compressed model the lcm of its strides (`config.period_of`).
         correct, residue, example_id: the per-row data the curve was computed from.
         n, n_correct, accuracy: per residue counts and accuracy A(r) = n_correct / n.
         wilson_lo, wilson_hi: Wilson score interval per residue.
@@ -55,10 +57,10 @@ class PhaseCurve:
             residue, the paper's statistic) is inflated by noise (a flat curve of 32 examples per
             residue shows ~20 pp); the held-out gap is not (~0 on a flat curve).
         p_value: permutation p-value for "no phase effect".
-        p_periodic: permutation p-value for "accuracy depends on r only through r mod S".
-        periodicity_pp: 100 * mean_r |A(r) - A(r + S)|.
-        spectral_share, spectral_baseline: share of spectral power at period S and its
-            expectation for a structureless curve, (S - 1)/(R - 1).
+        p_periodic: permutation p-value for "accuracy depends on r only through r mod P".
+        periodicity_pp: 100 * mean_r |A(r) - A(r + P)|.
+        spectral_share, spectral_baseline: share of spectral power at period P and its
+            expectation for a structureless curve, (P - 1)/(R - 1).
         power: |DFT|^2 of the centred curve, frequencies k = 0..R-1.
         label, confidence, n_boot, n_perm, seed, config, versions: provenance.
     """
@@ -77,7 +79,7 @@ class PhaseCurve:
     mean_interval: tuple[float, float]
     gap_interval: tuple[float, float]
     p_value: float
-    stride: int | None
+    period: int | None
     p_periodic: float
     periodicity_pp: float
     spectral_share: float
@@ -95,8 +97,9 @@ class PhaseCurve:
     @classmethod
     def from_correct(cls, correct: Bool[Tensor, " row"] | Bool[np.ndarray, " row"], batch: PhaseBatch | None = None,
                      *, residue: Any = None, example_id: Any = None, modulus: int | None = None,
-                     stride: int | None = None, n_boot: int = 2000, n_perm: int = 2000, confidence: float = 0.95,
-                     seed: int = 0, label: str = "", config: dict[str, Any] | None = None) -> PhaseCurve:
+                     period: int | None = None, n_boot: int = 2000, n_perm: int = 2000, confidence: float = 0.95,
+                     seed: int = 0, label: str = "", config: dict[str, Any] | None = None, **deprecated: Any
+                     ) -> PhaseCurve:
         """Statistics of per-row outcomes grouped by residue.
 
         Give `batch` (residues, example ids and modulus come from it) or `residue` and
@@ -107,20 +110,22 @@ class PhaseCurve:
             correct: per-row outcome (e.g. top-1 == answer, or after an intervention).
             batch: the PhaseBatch the outcomes belong to.
             residue, example_id, modulus: per-row residue and cluster, and R, without a batch.
-            stride: S for the periodicity statistics; must divide R (None skips them).
+            period: P for the periodicity statistics; must divide R (None skips them). The old
+                name `stride=` still works, with a DeprecationWarning.
             n_boot: cluster-bootstrap replicates. n_perm: permutations per test.
             confidence: interval coverage. seed: seeds the bootstrap and the permutations.
             label: curve name for tables and figures. config: extra provenance.
 
         Raises:
-            ValueError: on mismatched lengths, residues outside [0, R) or a stride not dividing R.
+            ValueError: on mismatched lengths, residues outside [0, R) or a period not dividing R.
 
         Example:
             >>> c = PhaseCurve.from_correct(np.array([1, 0, 1, 1] * 25, bool), residue=np.arange(100) % 4,
-            ...                             modulus=4, stride=2, n_boot=200, n_perm=200)
+            ...                             modulus=4, period=2, n_boot=200, n_perm=200)
             >>> c.accuracy.tolist(), c.gap_pp
             ([1.0, 0.0, 1.0, 1.0], 100.0)
         """
+        period = renamed_keyword("PhaseCurve.from_correct", deprecated, "stride", "period", period)
         y = _array(correct, bool)
         if batch is not None:
             residue, example_id, modulus = batch.residue, batch.example_id, batch.modulus
@@ -137,8 +142,8 @@ class PhaseCurve:
             raise ValueError(f"need modulus >= 1 and at least one row, got modulus={R}, rows={len(y)}")
         if (res < 0).any() or (res >= R).any():
             raise ValueError(f"residue {int(res[(res < 0) | (res >= R)][0])} out of range [0, {R})")
-        if stride is not None and (stride < 1 or R % stride):
-            raise ValueError(f"stride={stride} must divide the modulus R={R}")
+        if period is not None and (period < 1 or R % period):
+            raise ValueError(f"period={period} must divide the modulus R={R}")
         n = np.bincount(res, minlength=R)
         k = np.bincount(res, weights=y, minlength=R).round().astype(np.int64)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -151,21 +156,27 @@ class PhaseCurve:
             means = np.nanmean(reps, 1)
         interval = lambda v: tuple(float(x) for x in percentile_interval(v, confidence))  # noqa: E731
         gap_heldout, gap_interval = heldout_gap(y, res, ids, R, n_boot=n_boot, confidence=confidence, seed=seed)
-        periodic = stride is not None and stride < R
+        periodic = period is not None and period < R
         return cls(
             modulus=R, correct=y, residue=res, example_id=ids, n=n, n_correct=k, accuracy=acc,
             wilson_lo=wlo, wilson_hi=whi, boot_lo=blo, boot_hi=bhi,
             mean_interval=interval(means), gap_interval=gap_interval, gap_heldout=gap_heldout,
             p_value=permutation_test(y, res, strata, R, n_perm=n_perm, seed=seed),
-            stride=stride,
-            p_periodic=permutation_test(y, res, strata, R, fold=stride, n_perm=n_perm, seed=seed) if periodic else math.nan,
-            periodicity_pp=100 * periodicity_gap(acc, stride) if periodic else math.nan,
-            spectral_share=period_share(acc, stride) if periodic else math.nan,
-            spectral_baseline=period_baseline(R, stride) if periodic else math.nan,
+            period=period,
+            p_periodic=permutation_test(y, res, strata, R, fold=period, n_perm=n_perm, seed=seed) if periodic else math.nan,
+            periodicity_pp=100 * periodicity_gap(acc, period) if periodic else math.nan,
+            spectral_share=period_share(acc, period) if periodic else math.nan,
+            spectral_baseline=period_baseline(R, period) if periodic else math.nan,
             power=power_spectrum(np.nan_to_num(acc)),
             label=label, confidence=confidence, n_boot=n_boot, n_perm=n_perm, seed=seed,
             config=jsonable(config or {}), versions=versions(),
         )
+
+    @property
+    def stride(self) -> int | None:
+        """Deprecated name of `period` (the period of the residue statistics, not a compressor's stride)."""
+        warnings.warn("PhaseCurve.stride is deprecated: use PhaseCurve.period (same value)", DeprecationWarning, stacklevel=2)
+        return self.period
 
     # ---- summary statistics ---------------------------------------------------------------
 
@@ -201,20 +212,20 @@ class PhaseCurve:
 
     def verdict(self, alpha: float = 0.05) -> str:
         """One line: "no detectable phase effect" (p_value >= alpha), else whether the effect
-        is consistent with period S (p_periodic >= alpha) or not."""
+        is consistent with period P (p_periodic >= alpha) or not."""
         if not 0 < alpha < 1:
             raise ValueError(f"alpha={alpha} out of range (0, 1)")
         if self.p_value >= alpha:
             return "no detectable phase effect"
-        if self.stride is None or math.isnan(self.p_periodic):
+        if self.period is None or math.isnan(self.p_periodic):
             return "phase effect"
         if self.p_periodic >= alpha:
-            return f"phase effect, consistent with period {self.stride}"
-        return f"phase effect, not explained by period {self.stride}"
+            return f"phase effect, consistent with period {self.period}"
+        return f"phase effect, not explained by period {self.period}"
 
     def summary(self) -> dict[str, Any]:
         """Scalar statistics as a plain dict."""
-        return {"label": self.label, "modulus": self.modulus, "stride": self.stride, "rows": int(self.n.sum()),
+        return {"label": self.label, "modulus": self.modulus, "period": self.period, "rows": int(self.n.sum()),
                 "examples": int(len(np.unique(self.example_id))), "mean": self.mean,
                 "mean_interval": self.mean_interval, "best": self.best, "best_residue": self.best_residue,
                 "worst": self.worst, "worst_residue": self.worst_residue, "gap_pp": self.gap_pp,
@@ -224,9 +235,9 @@ class PhaseCurve:
                 "verdict": self.verdict()}
 
     def to_pandas(self) -> pd.DataFrame:
-        """Tidy table, one row per residue: label, residue, phase (r mod S), n, n_correct,
+        """Tidy table, one row per residue: label, residue, phase (r mod P), n, n_correct,
         accuracy, wilson_lo/hi, boot_lo/hi."""
-        phase = self.residues % self.stride if self.stride else [pd.NA] * self.modulus
+        phase = self.residues % self.period if self.period else [pd.NA] * self.modulus
         return pd.DataFrame({"label": self.label, "residue": self.residues, "phase": pd.array(phase, dtype="Int64"),
                              "n": self.n, "n_correct": self.n_correct, "accuracy": self.accuracy,
                              "wilson_lo": self.wilson_lo, "wilson_hi": self.wilson_hi,
@@ -241,7 +252,9 @@ class PhaseCurve:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PhaseCurve:
-        """Inverse of `to_dict`."""
+        """Inverse of `to_dict`; also reads files written before the rename of `stride` to `period`."""
+        if "period" not in data and "stride" in data:
+            data = {**data, "period": data["stride"]}
         kwargs = {}
         for f in dataclasses.fields(cls):
             if f.name == "gap_heldout" and f.name not in data:
@@ -272,7 +285,7 @@ class PhaseCurve:
 
     def __repr__(self) -> str:
         name = f" {self.label!r}" if self.label else ""
-        return (f"PhaseCurve{name}(R={self.modulus}, S={self.stride}, rows={int(self.n.sum())}, "
+        return (f"PhaseCurve{name}(R={self.modulus}, P={self.period}, rows={int(self.n.sum())}, "
                 f"mean={100 * self.mean:.1f}%, worst={100 * self.worst:.1f}% at r={self.worst_residue}, "
                 f"gap={self.gap_pp:.1f} pp, p={self.p_value:.3g}: {self.verdict()})")
 

@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.config import renamed_keyword
 
-def induction_oracle(vocab_size: int, *, weak_phases: Sequence[int] = (), stride: int = 1
+
+def induction_oracle(vocab_size: int, *, weak_phases: Sequence[int] = (), period: int = 1, **deprecated: Any
                      ) -> Callable[[Int[Tensor, "batch pos"]], Float[Tensor, "batch pos vocab"]]:
     """A perfect induction "model": at position t it predicts the token that followed the
-    previous occurrence s < t of token t, except when s mod `stride` is in `weak_phases`, where
-    it predicts token s itself (wrong on record lookup). Logits are one-hot.
+    previous occurrence s < t of token t, except when s mod `period` is in `weak_phases`, where
+    it predicts token s itself (wrong on record lookup). Logits are one-hot. (The old name
+    `stride=` of `period` still works, with a DeprecationWarning.)
 
-    On record lookup its accuracy is therefore 1 at every residue r with r mod S not in
+    On record lookup its accuracy is therefore 1 at every residue r with r mod P not in
     `weak_phases` and 0 at the others: a planted, known phase curve.
 
     Example:
-        >>> model = induction_oracle(16, weak_phases=[1], stride=2)
+        >>> model = induction_oracle(16, weak_phases=[1], period=2)
         >>> model(torch.tensor([[3, 5, 4, 7, 3, 4]])).argmax(-1).tolist()
         [[0, 0, 0, 0, 5, 7]]
     """
-    if vocab_size < 1 or stride < 1:
-        raise ValueError(f"need vocab_size >= 1 and stride >= 1, got {vocab_size}, {stride}")
+    period = renamed_keyword("induction_oracle", deprecated, "stride", "period", period, default=1)
+    if vocab_size < 1 or period < 1:
+        raise ValueError(f"need vocab_size >= 1 and period >= 1, got {vocab_size}, {period}")
     weak = torch.tensor(sorted({int(p) for p in weak_phases}), dtype=torch.long)
-    if ((weak < 0) | (weak >= stride)).any():
-        raise ValueError(f"weak_phases {weak.tolist()} out of range [0, stride={stride})")
+    if ((weak < 0) | (weak >= period)).any():
+        raise ValueError(f"weak_phases {weak.tolist()} out of range [0, period={period})")
 
     def model(tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
         T = tokens.shape[1]
@@ -36,7 +40,7 @@ def induction_oracle(vocab_size: int, *, weak_phases: Sequence[int] = (), stride
         prev = torch.where(same, pos, -1).amax(-1)  # previous occurrence, -1 if none
         found = prev >= 0
         prev = prev.clamp(min=0)
-        fails = torch.isin(prev % stride, weak.to(tokens.device))
+        fails = torch.isin(prev % period, weak.to(tokens.device))
         pred = torch.where(fails, tokens.gather(1, prev), tokens.gather(1, (prev + 1).clamp(max=T - 1)))
         pred = torch.where(found, pred, torch.zeros_like(pred))
         return torch.nn.functional.one_hot(pred, vocab_size).float()

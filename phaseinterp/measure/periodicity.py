@@ -1,10 +1,14 @@
-"""Is a residue curve periodic with the stride? Lag-S differences and spectral power."""
+"""Is a residue curve periodic with period P (the lcm of the strides)? Lag-P differences and spectral power."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from beartype import beartype
 from jaxtyping import Float, jaxtyped
+
+from phaseinterp.config import renamed_keyword
 
 
 def _check_period(modulus: int, period: int) -> None:
@@ -13,28 +17,31 @@ def _check_period(modulus: int, period: int) -> None:
 
 
 @jaxtyped(typechecker=beartype)
-def periodicity_gap(accuracy: Float[np.ndarray, " residue"], stride: int) -> float:
-    """Mean absolute lag-S difference of the residue curve (the paper's periodicity check).
+def periodicity_gap(accuracy: Float[np.ndarray, " residue"], period: int | None = None, **deprecated: Any) -> float:
+    """Mean absolute lag-P difference of the residue curve (the paper's periodicity check).
 
-        P(S) = (1/R) sum_{r=0}^{R-1} |A(r) - A((r + S) mod R)|
+        G(P) = (1/R) sum_{r=0}^{R-1} |A(r) - A((r + P) mod R)|
 
-    P(S) = 0 for a curve of period S; a periodic curve has P(S) small while the gap
-    max A - min A is large. Needs S | R; uninformative when S = R (returns nan), and nan if
+    G(P) = 0 for a curve of period P; a periodic curve has G(P) small while the gap
+    max A - min A is large. Needs P | R; uninformative when P = R (returns nan), and nan if
     any A(r) is nan (an empty residue).
 
     Args:
         accuracy: A(r) for r = 0..R-1, as fractions.
-        stride: S, a divisor of R.
+        period: P, a divisor of R (the old name `stride=` still works, with a DeprecationWarning).
 
     Example:
         >>> periodicity_gap(np.array([0.9, 0.1, 0.9, 0.1]), 2), periodicity_gap(np.array([0.9, 0.1, 0.9, 0.5]), 2)
         (0.0, 0.2)
     """
+    period = renamed_keyword("periodicity_gap", deprecated, "stride", "period", period)
+    if period is None:
+        raise TypeError("periodicity_gap() missing required argument: 'period'")
     R = accuracy.shape[0]
-    _check_period(R, stride)
-    if stride == R or np.isnan(accuracy).any():
+    _check_period(R, period)
+    if period == R or np.isnan(accuracy).any():
         return float("nan")
-    return float(np.mean(np.abs(accuracy - np.roll(accuracy, -stride))))
+    return float(np.mean(np.abs(accuracy - np.roll(accuracy, -period))))
 
 
 @jaxtyped(typechecker=beartype)

@@ -25,9 +25,9 @@ def permutation_test(correct: Bool[np.ndarray, " row"], residue: Int[np.ndarray,
         T = sum_r n_r (A(r) - B(r))^2
 
     where B(r) is the overall accuracy (H0: accuracy does not depend on the residue) or, with
-    fold = S, the accuracy of all rows whose residue is = r (mod S) (H0: accuracy depends on
-    the residue only through r mod S). Null distribution: the residue labels are shuffled at
-    random among the rows of each logical example (and, with `fold`, of the same r mod S),
+    fold = P, the accuracy of all rows whose residue is = r (mod P) (H0: accuracy depends on
+    the residue only through r mod P). Null distribution: the residue labels are shuffled at
+    random among the rows of each logical example (and, with `fold`, of the same r mod P),
     which keeps every n_r and every example's composition; rows of one example are the unit
     the paired design makes exchangeable under H0. With T_1..T_B the permuted statistics,
 

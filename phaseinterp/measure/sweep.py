@@ -17,7 +17,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from phaseinterp.config import period_of
+from phaseinterp.config import period_of, renamed_keyword
 from phaseinterp.measure.curve import PhaseCurve
 from phaseinterp.measure.provenance import model_config
 from phaseinterp.tasks import PhaseBatch
@@ -152,9 +152,9 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
 
 
 def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, batch_size: int = 32,
-                stride: int | None = None, device: torch.device | str | None = None, progress: bool = True,
+                period: int | None = None, device: torch.device | str | None = None, progress: bool = True,
                 label: str = "", n_boot: int = 2000, n_perm: int = 2000, confidence: float = 0.95,
-                seed: int = 0, config: dict[str, Any] | None = None) -> PhaseCurve:
+                seed: int = 0, config: dict[str, Any] | None = None, **deprecated: Any) -> PhaseCurve:
     """Accuracy by residue of a model on a PhaseBatch, with intervals and periodicity tests.
 
     Args:
@@ -163,8 +163,9 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
             boolean `correct` tensor (one entry per row, e.g. after an intervention).
         batch: the prompts (`RecordLookup(...).sample(...)`).
         batch_size: rows per forward pass.
-        stride: S for the periodicity statistics; default lcm(model.cfg.strides) when the model
-            has them and it divides the modulus, else None.
+        period: P for the periodicity statistics; default the model's period, lcm(model.cfg.strides),
+            when it has one and it divides the modulus, else None. The old name `stride=` still
+            works, with a DeprecationWarning.
         device, progress: see `evaluate_correct`.
         label, n_boot, n_perm, confidence, seed, config: see `PhaseCurve.from_correct`.
 
@@ -175,10 +176,11 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
         >>> from phaseinterp.measure import induction_oracle
         >>> from phaseinterp.tasks import RecordLookup
         >>> batch = RecordLookup(vocab_size=128, n_records=8, n_demos=1).sample(8, modulus=4)
-        >>> model = induction_oracle(128, weak_phases=[3], stride=4)  # fails on keys at phase 3
+        >>> model = induction_oracle(128, weak_phases=[3], period=4)  # fails on keys at phase 3
         >>> phase_sweep(model, batch, progress=False, n_boot=200, n_perm=200).accuracy.tolist()
         [1.0, 1.0, 1.0, 0.0]
     """
+    period = renamed_keyword("phase_sweep", deprecated, "stride", "period", period)
     if isinstance(model, Tensor):
         if model.dtype != torch.bool or model.shape != (len(batch),):
             raise ValueError(f"a precomputed correct tensor must be bool of shape ({len(batch)},), "
@@ -188,12 +190,12 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
         model = resolve_model(model)
         correct = evaluate_correct(model, batch, batch_size=batch_size, device=device, progress=progress)
         s = model_period(model)
-        if stride is None and s is not None and batch.modulus % s == 0:
-            stride = s
+        if period is None and s is not None and batch.modulus % s == 0:
+            period = s
         info = {"model": model_config(model) or type(model).__name__}
         if is_backend(model):
             info["logits"] = {"positions": "query positions only",
                               "prefill_chunk": getattr(model, "prefill_chunk", None)}
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
-    return PhaseCurve.from_correct(correct, batch, stride=stride, n_boot=n_boot, n_perm=n_perm,
+    return PhaseCurve.from_correct(correct, batch, period=period, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})

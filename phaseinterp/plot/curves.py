@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
+from phaseinterp.config import renamed_keyword
 from phaseinterp.measure.curve import PhaseCurve
 
 INTERVALS = ("bootstrap", "wilson", None)
@@ -23,16 +24,17 @@ def _as_list(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseCurve
 
 
 def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseCurve], *,
-                 interval: str | None = "bootstrap", strides: Sequence[int] | None = None,
-                 title: str | None = None) -> go.Figure:
-    """Accuracy (%) against residue, one trace per curve, with error bars and stride marks.
+                 interval: str | None = "bootstrap", periods: Sequence[int] | None = None,
+                 title: str | None = None, **deprecated: Any) -> go.Figure:
+    """Accuracy (%) against residue, one trace per curve, with error bars and period marks.
 
     Args:
         curves: a PhaseCurve, a list of them (named by their labels), or a {name: curve} dict.
         interval: "bootstrap" (cluster bootstrap, default), "wilson" or None (no error bars).
-        strides: draw a dashed line between residues kS - 1 and kS for each S (window
-            boundaries; the last phase of a window, S - 1, is the boundary phase). Default:
-            the curves' strides.
+        periods: draw a dashed line between residues kP - 1 and kP for each P (window
+            boundaries when P is a stride; the last phase of a window, P - 1, is the boundary
+            phase). Default: the curves' periods. The old name `strides=` still works, with a
+            DeprecationWarning.
         title: figure title (default: the curves' verdicts for one curve, else none).
 
     Returns:
@@ -43,10 +45,11 @@ def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseC
         >>> from phaseinterp.measure import phase_sweep
         >>> from phaseinterp.plot import save_html
         >>> curve = phase_sweep(model, batch, progress=False, label="tiny W4/S4")
-        >>> fig = phase_figure([curve], strides=[4])  # or {"full": full_curve, "W4/S4": curve}
+        >>> fig = phase_figure([curve], periods=[4])  # or {"full": full_curve, "W4/S4": curve}
         >>> save_html(fig, "phase.html")  # and plotly.min.js next to it, once per folder
         PosixPath('phase.html')
     """
+    periods = renamed_keyword("phase_figure", deprecated, "strides", "periods", periods)
     if interval not in INTERVALS:
         raise ValueError(f"unknown interval {interval!r}; choose one of: {', '.join(map(str, INTERVALS))}")
     items = _as_list(curves)
@@ -62,14 +65,14 @@ def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseC
             x=c.residues + dx, y=y, name=name, mode="lines+markers", error_y=error,
             customdata=np.stack([c.residues, c.n], 1),
             hovertemplate="r=%{customdata[0]}<br>accuracy=%{y:.1f}%<br>n=%{customdata[1]}<extra>" + name + "</extra>"))
-    strides = sorted({c.stride for _, c in items if c.stride}) if strides is None else list(strides)
+    periods = sorted({c.period for _, c in items if c.period}) if periods is None else list(periods)
     R = max(c.modulus for _, c in items)
-    for i, S in enumerate(strides):
-        if S < 1:
-            raise ValueError(f"stride={S} out of range [1, inf)")
-        for k in range(1, (R - 1) // S + 1):
-            fig.add_vline(x=k * S - 0.5, line=dict(dash=_DASHES[i % len(_DASHES)], width=1, color="gray"),
-                          annotation_text=f"S={S}" if k == 1 else None, annotation_position="top")
+    for i, P in enumerate(periods):
+        if P < 1:
+            raise ValueError(f"period={P} out of range [1, inf)")
+        for k in range(1, (R - 1) // P + 1):
+            fig.add_vline(x=k * P - 0.5, line=dict(dash=_DASHES[i % len(_DASHES)], width=1, color="gray"),
+                          annotation_text=f"P={P}" if k == 1 else None, annotation_position="top")
     if title is None and len(items) == 1:
         title = f"{items[0][0]}: {items[0][1].verdict()}"
     fig.update_layout(title=title, xaxis_title="residue r = key position mod R", yaxis_title="accuracy (%)",

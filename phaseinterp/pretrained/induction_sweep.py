@@ -98,7 +98,7 @@ def sweep_row(correct: Bool[Tensor, " row"], clean: Bool[Tensor, " row"], batch:
     ids = batch.example_id.numpy()
     y, c = correct.numpy(), clean.numpy()
     label = spec.name if spec is not None else f"uncompressed (S={stride})"
-    curve = PhaseCurve.from_correct(y, residue=res, example_id=ids, modulus=R, stride=stride, n_boot=n_boot,
+    curve = PhaseCurve.from_correct(y, residue=res, example_id=ids, modulus=R, period=stride, n_boot=n_boot,
                                     n_perm=n_perm, seed=seed, label=label, config={"compression": spec and spec.to_dict()})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
