@@ -20,7 +20,7 @@ class StandIn(torch.nn.Module):
     def __init__(self, strides=(4,), n_ctx=2048):
         super().__init__()
         self.cfg = SimpleNamespace(vocab_size=256, n_ctx=n_ctx, strides=strides)
-        self.fn = induction_oracle(256, weak_phases=[1], stride=4)
+        self.fn = induction_oracle(256, weak_phases=[1], period=4)
 
     def forward(self, tokens):
         return self.fn(tokens)
@@ -40,7 +40,7 @@ def test_cli_writes_curve_table_and_figure(tmp_path, use_model, capsys):
     assert rc == 0
     curve = PhaseCurve.from_json(tmp_path / "curve.json")
     assert curve.accuracy.tolist() == [0.0 if r % 4 == 1 else 1.0 for r in range(8)]
-    assert curve.stride == 4 and curve.label == "stand-in (seed 0)"
+    assert curve.period == 4 and curve.label == "stand-in (seed 0)"
     assert {k: curve.config["source"][k] for k in ("preset", "init_seed")} == {"preset": "stand-in", "init_seed": 0}
     assert curve.config["source"]["task"]["from_card"] is False
     assert curve.config["task"]["protocol"] == "insequence"
@@ -54,7 +54,7 @@ def test_cli_writes_curve_table_and_figure(tmp_path, use_model, capsys):
     ([], StandIn(strides=()), "full attention (no strides): give --modulus R"),
     (["--seq-len", "50", "--modulus", "8"], StandIn(), "seq_len=50 is too short"),
     (["--modulus", "8"], StandIn(n_ctx=40), "exceed the model's n_ctx=40"),
-    (["--modulus", "8", "--stride", "3"], StandIn(), "stride=3 must divide the modulus R=8"),
+    (["--modulus", "8", "--period", "3"], StandIn(), "period=3 must divide the modulus R=8"),
 ])
 def test_cli_errors(tmp_path, use_model, capsys, argv, model, message):
     use_model(model)

@@ -254,7 +254,7 @@ def test_cli_trains_from_a_config_file_writes_a_card_and_ships(tmp_path):
     from phaseinterp.train.result import run as periodicity
 
     table = periodicity(tmp_path / "assets", tmp_path / "results", n_per_residue=2, n_boot=20, n_perm=20)
-    assert table["model"].tolist() == ["mini"] and table["S"].tolist() == [4]
+    assert table["model"].tolist() == ["mini"] and table["P"].tolist() == [4]
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "overlay.html", "periodicity.csv", "periodicity.json", "periodicity.md"]
 

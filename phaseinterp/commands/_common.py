@@ -39,6 +39,28 @@ def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
 
 
+def _deprecated_alias(new: str) -> type[argparse.Action]:
+    """Action of an old option name kept for scripts: stores into `new`'s dest and warns (FutureWarning:
+    shown to command-line users)."""
+
+    class DeprecatedAlias(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            import warnings
+
+            warnings.warn(f"{option_string} is deprecated: use {new} (same meaning, same results)", FutureWarning,
+                          stacklevel=2)
+            setattr(namespace, self.dest, values)
+
+    return DeprecatedAlias
+
+
+def add_period_arg(p: argparse.ArgumentParser, help: str) -> None:
+    """`--period P` (the period of the residue statistics), with `--stride` as a deprecated alias."""
+    p.add_argument("--period", type=int, metavar="P", help=help)
+    p.add_argument("--stride", dest="period", type=int, metavar="P", action=_deprecated_alias("--period"),
+                   help="deprecated name of --period")
+
+
 def card_task(args: argparse.Namespace) -> dict[str, Any]:
     """The matched evaluation task of the checkpoint's card (`data.eval_task`), or {} without a card."""
     path = args.card

@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from phaseinterp.commands._common import add_period_arg
+
 DESCRIPTION = """Vary a filler of L tokens before a fixed prompt and record each candidate next token's
-probability per L; report whether the preferred candidate follows L mod S. Writes DIR/flip.json and
+probability per L; report whether the preferred candidate follows L mod P. Writes DIR/flip.json and
 DIR/flip.html. Our checkpoints take token ids (--prompt-ids, --candidate-ids, --symbol-id,
 --word-ids); a HF model folder (--hf PATH, with its tokenizer) takes text (--prompt, --candidates)."""
 
@@ -33,7 +35,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--bos-id", type=int, default=0, help="token before the filler (token-id mode, default 0)")
     p.add_argument("--family", choices=["symbol", "words", "comment"], default="symbol")
     p.add_argument("--lengths", default="0-63", help="filler lengths, e.g. 0-63 (default)")
-    p.add_argument("--stride", type=int, required=True, help="S for the period analysis (4 for DeepSeek-V4 CSA)")
+    add_period_arg(p, "P for the period analysis, required (4 for DeepSeek-V4 CSA)")
     p.add_argument("--n-perm", type=int, default=2000)
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.set_defaults(func=run)
@@ -43,6 +45,8 @@ def flip(args: argparse.Namespace):
     from phaseinterp.flip import FillerSpec, completion_flip, completion_flip_text
 
     lengths = _ids(args.lengths)
+    if args.period is None:
+        raise ValueError("--period P is required: the period of the analysis (4 for DeepSeek-V4 CSA)")
     if (args.checkpoint is None) == (args.hf is None):
         raise ValueError("give a CHECKPOINT (token ids) or --hf PATH (text), exactly one")
     if args.hf is not None:
@@ -54,7 +58,7 @@ def flip(args: argparse.Namespace):
             raise ValueError("text mode needs --prompt and --candidates")
         backend = load_pretrained(args.hf, device_map=None)
         tok = AutoTokenizer.from_pretrained(args.hf)
-        return completion_flip_text(backend, tok, args.prompt, args.candidates, lengths, stride=args.stride,
+        return completion_flip_text(backend, tok, args.prompt, args.candidates, lengths, period=args.period,
                                     family=args.family, n_perm=args.n_perm)
     import phaseinterp
     from phaseinterp.backends import backend_for
@@ -63,7 +67,7 @@ def flip(args: argparse.Namespace):
         raise ValueError("token-id mode needs --prompt-ids, --candidate-ids, --symbol-id and --word-ids")
     spec = FillerSpec(symbol=args.symbol_id, words=tuple(_ids(args.word_ids)))
     return completion_flip(backend_for(phaseinterp.load(args.checkpoint)), _ids(args.prompt_ids),
-                           _ids(args.candidate_ids), lengths, filler=spec, family=args.family, stride=args.stride,
+                           _ids(args.candidate_ids), lengths, filler=spec, family=args.family, period=args.period,
                            head=[args.bos_id], n_perm=args.n_perm)
 
 

@@ -62,8 +62,8 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
         card = json.loads(path.with_suffix(".json").read_text())
         task = RecordLookup(**card["data"]["eval_task"])
         batch = task.sample(n, modulus, seed=1)
-        stride = model.cfg.residue_modulus or modulus
-        curve = phase_sweep(model, batch, stride=stride, n_boot=n_boot, n_perm=n_boot, progress=False, label=name)
+        period = model.cfg.residue_modulus or modulus
+        curve = phase_sweep(model, batch, period=period, n_boot=n_boot, n_perm=n_boot, progress=False, label=name)
         curves[name] = curve
         rows.append({"checkpoint": name, "strides": str(list(model.cfg.strides) or "full"),
                      "train s": card.get("wall_time_s"), "mean %": 100 * curve.mean, "worst %": 100 * curve.worst,
@@ -72,7 +72,7 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
             f"{modulus}, prefix padding. Compressed models show accuracy periodic in the needle position with "
             "period S; full attention is flat. Intervals: logical-example cluster bootstrap.")
     return Section("Phase curves of the shipped checkpoints", text, [pd.DataFrame(rows)],
-                   [phase_figure(curves, strides=strides)])
+                   [phase_figure(curves, periods=strides)])
 
 
 def knockout_maps(ckpts: list[Path], n: int, n_boot: int):
@@ -152,10 +152,10 @@ def deepseek(quick: bool):
     tok = word_tokenizer()
     backend = backend_for(tiny_deepseek_v4())
     batch = deepseek_niah(tok, 128).sample(2 if quick else 4, 8, seed=0)
-    curve = phase_sweep(backend, batch, stride=4, n_boot=200, n_perm=200, progress=False, label="DeepSeek-V4 (tiny)")
+    curve = phase_sweep(backend, batch, period=4, n_boot=200, n_perm=200, progress=False, label="DeepSeek-V4 (tiny)")
     spec = FillerSpec.from_tokenizer(tok, symbol="bab", comment_prefix="bac", newline="bad", n_words=16)
     flip = completion_flip_text(backend, tok, "caf cag cak cal", [" cam", " can"], range(32 if quick else 64),
-                                stride=4, family="words", filler=spec, n_perm=200)
+                                period=4, family="words", filler=spec, n_perm=200)
     text = ("HuggingFace DeepseekV4ForCausalLM (HF code, tiny config with CSA and HCA layers, random weights) "
             "driven through nnsight with the same calls as our models: a text-mode NIAH phase sweep (DeepSeek "
             f"protocol) and a completion-flip sweep. Random weights: no phase effect is expected. {flip.describe()}")

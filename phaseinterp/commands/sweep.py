@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phaseinterp.commands._common import add_model_args, add_task_args, load_model, make_task, model_label, source
+from phaseinterp.commands._common import (add_model_args, add_period_arg, add_task_args, load_model, make_task, model_label,
+                                          source)
 
 if TYPE_CHECKING:
     from phaseinterp.measure import PhaseCurve
@@ -20,7 +21,7 @@ def register(subparsers: Any) -> None:
                               description=DESCRIPTION)
     add_model_args(p)
     add_task_args(p, n_per_residue=64)
-    p.add_argument("--stride", type=int, help="period S for the periodicity checks (default: lcm of strides)")
+    add_period_arg(p, "period P for the periodicity checks (default: the model's, lcm of its strides)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--n-perm", type=int, default=2000, help="permutations per test (default 2000)")
     p.add_argument("--label", help="curve label (default: checkpoint name or preset)")
@@ -37,7 +38,7 @@ def sweep(args: argparse.Namespace) -> PhaseCurve:
     model = load_model(args)
     task, modulus = make_task(args, model)
     batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
-    return phase_sweep(model, batch, batch_size=args.batch_size, stride=args.stride, device=args.device,
+    return phase_sweep(model, batch, batch_size=args.batch_size, period=args.period, device=args.device,
                        progress=not args.no_progress, label=args.label or model_label(args), n_boot=args.n_boot,
                        n_perm=args.n_perm, seed=args.task_seed, config={"source": source(args)})
 

@@ -26,7 +26,7 @@ import pandas as pd
 from phaseinterp.mitigate.variants import VARIANTS, entries_per_token, variant
 
 MODULUS = 8
-FULL_STRIDE = 4
+FULL_PERIOD = 4
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "checkpoints"
 #: shipped checkpoints trained with exactly a variant's recipe (checked against their cards before use)
 SHIPPED = {("baseline", 0): "w4s4", ("baseline", 1): "w4s4-seed1", ("overlap", 0): "w8s4", ("full", 0): "full"}
@@ -109,8 +109,8 @@ def run_one(name: str, seed: int, out: str, settings: Settings) -> dict[str, Any
     model = load(checkpoint).eval()
     task_kwargs = {**tcfg.mixture.eval_task_kwargs(), "protocol": "prefix"}
     batch = RecordLookup(**task_kwargs).sample(settings.n_per_residue, MODULUS, seed=settings.task_seed)
-    stride = model_cfg.residue_modulus or FULL_STRIDE
-    curve = phase_sweep(model, batch, stride=stride, progress=False, label=label, n_boot=settings.n_boot,
+    period = model_cfg.residue_modulus or FULL_PERIOD
+    curve = phase_sweep(model, batch, period=period, progress=False, label=label, n_boot=settings.n_boot,
                         n_perm=settings.n_perm, seed=settings.task_seed,
                         config={"variant": name, "seed": seed, "checkpoint": str(checkpoint), "task": task_kwargs})
     (out_dir / "curves").mkdir(parents=True, exist_ok=True)

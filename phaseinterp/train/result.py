@@ -6,10 +6,10 @@ For every card `NAME.json` in the checkpoint folder, the sweep of `phaseinterp s
 `NAME.safetensors` at one matched protocol: the card's evaluation task (`RecordLookup` with the
 training vocabulary split, sequence length, records and demonstrations), residues mod 8 (the
 lcm of all strides), the same prompts (task seed) for every model, bootstrap and permutation
-statistics with the model's stride S (full attention: S = 4, the question being whether it shows
-a period at all). Equivalent per checkpoint (the card next to the checkpoint sets the task):
+statistics at the model's period P, the lcm of its strides (full attention: P = 4, the question
+being whether it shows a period at all). Equivalent per checkpoint (the card next to the checkpoint sets the task):
 
-    phaseinterp sweep assets/checkpoints/NAME.safetensors --modulus 8 --stride S \\
+    phaseinterp sweep assets/checkpoints/NAME.safetensors --modulus 8 --period P \\
         --protocol P --n-per-residue 512 --out DIR
 
 Runs both padding protocols ("prefix": records contiguous, shifted together; "insequence": random
@@ -40,7 +40,7 @@ from phaseinterp.measure.provenance import jsonable, versions
 from phaseinterp.tasks import RecordLookup
 
 MODULUS = 8
-FULL_STRIDE = 4
+FULL_PERIOD = 4
 
 
 def sweep_checkpoint(path: Path, card: dict[str, Any], *, n_per_residue: int, task_seed: int, protocol: str,
@@ -54,8 +54,8 @@ def sweep_checkpoint(path: Path, card: dict[str, Any], *, n_per_residue: int, ta
     task_kwargs = {**card["data"]["eval_task"], "protocol": protocol}
     task = RecordLookup(**task_kwargs)
     batch = task.sample(n_per_residue, modulus, seed=task_seed)
-    stride = model.cfg.residue_modulus or FULL_STRIDE
-    curve = phase_sweep(model, batch, batch_size=batch_size, stride=stride, progress=False, label=card["name"],
+    period = model.cfg.residue_modulus or FULL_PERIOD
+    curve = phase_sweep(model, batch, batch_size=batch_size, period=period, progress=False, label=card["name"],
                         n_boot=n_boot, n_perm=n_perm, seed=task_seed,
                         config={"checkpoint": str(path), "task": task_kwargs, "card_seed": card["seed"]})
     return curve, task_kwargs
@@ -82,7 +82,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 512, task_seed: in
         protocols[card["name"]] = task_kwargs
         s = curve.summary()
         arch = _architecture(card["model_config"])
-        rows.append({"model": card["name"], "architecture": arch, "seed": card["seed"], "S": s["stride"],
+        rows.append({"model": card["name"], "architecture": arch, "seed": card["seed"], "P": s["period"],
                      "mean": s["mean"], "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"],
                      "gap_heldout_pp": s["gap_heldout_pp"], "gap_lo_pp": s["gap_interval_pp"][0], "gap_hi_pp": s["gap_interval_pp"][1],
                      "p_phase": s["p_value"], "periodicity_pp": s["periodicity_pp"], "p_periodic": s["p_periodic"],
@@ -114,10 +114,10 @@ def _architecture(model_config: dict[str, Any]) -> str:
 
 
 def _markdown(table: pd.DataFrame, n_per_residue: int, protocol: str) -> str:
-    head = ("| model | architecture | seed | S | mean | worst | " + GAP_HEADER + " | p(phase) | "
-            "mean abs(A(r)-A(r+S)) (pp) | p(periodic) | spectral share (baseline) | verdict |\n|" + "---|" * 12 + "\n")
+    head = ("| model | architecture | seed | P | mean | worst | " + GAP_HEADER + " | p(phase) | "
+            "mean abs(A(r)-A(r+P)) (pp) | p(periodic) | spectral share (baseline) | verdict |\n|" + "---|" * 12 + "\n")
     lines = [
-        f"| {r.model} | {r.architecture} | {r.seed} | {r.S} | {100 * r.mean:.1f} | {100 * r.worst:.1f} | "
+        f"| {r.model} | {r.architecture} | {r.seed} | {r.P} | {100 * r.mean:.1f} | {100 * r.worst:.1f} | "
         f"{gap_text(r.gap_pp, r.gap_heldout_pp, (r.gap_lo_pp, r.gap_hi_pp))} | {r.p_phase:.3g} | {r.periodicity_pp:.1f} | "
         f"{r.p_periodic:.3g} | {r.spectral_share:.2f} ({r.spectral_baseline:.2f}) | {r.verdict} |" for r in table.itertuples()]
     acc = [f"| {name} | " + " | ".join(f"{100 * a:.1f}" for a in curve) + " |" for name, curve in table.attrs["accuracy"].items()]

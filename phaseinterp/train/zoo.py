@@ -29,7 +29,7 @@ import dataclasses
 import math
 from typing import Any
 
-from phaseinterp.config import CompressionConfig, ModelConfig, uniform_schedule
+from phaseinterp.config import CompressionConfig, ModelConfig, renamed_keyword, uniform_schedule
 from phaseinterp.presets import DEEPSEEK_CSA
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.evaluate import LEARNED_BEST
@@ -43,9 +43,12 @@ LOCAL_WINDOW = 16
 LAYOUTS = ("generic", "deepseek-csa", "full")
 
 
-def period(stride: int | None) -> int:
-    """Residue modulus R of the zoo's tables: lcm(S, 8) (full attention: 8)."""
-    return 8 if stride is None else math.lcm(stride, 8)
+def period(model_period: int | None = None, **deprecated: Any) -> int:
+    """Residue modulus R of the zoo's tables for a model of period P (`model_period`, the lcm of its
+    strides): lcm(P, 8) (full attention, None: 8). The old name `stride=` still works, with a
+    DeprecationWarning."""
+    model_period = renamed_keyword("period", deprecated, "stride", "model_period", model_period)
+    return 8 if model_period is None else math.lcm(model_period, 8)
 
 
 def steps_for(window: int | None) -> int:

@@ -3,10 +3,10 @@ every seed, both padding protocols.
 
     python -m phaseinterp.train.zoo_table      # assets/checkpoints/zoo/*.json -> assets/results/zoo.{md,json,csv}
 
-Each checkpoint is swept on its card's matched task at residues mod `table_period(S)` (lcm(S, 8),
-doubled until it spans two periods, with rows lengthened to place every residue when training
+Each checkpoint is swept on its card's matched task at residues mod `table_period(P)` (lcm(P, 8) for
+the model's period P, doubled until it spans two periods, with rows lengthened to place every residue when training
 used shorter ones), with a logical-example cluster bootstrap for the mean and the gap and
-permutation tests for "any phase effect" and "period S". The dominant period is the smallest
+permutation tests for "any phase effect" and "period P". The dominant period is the smallest
 period whose harmonics carry 90% of the residue curve's spectral power (`dominant_period`). A run whose best residue stays below `LEARNED_BEST` is reported with its budget and final
 training loss (its loss curve is the shipped NAME.metrics.jsonl), never dropped.
 """
@@ -20,21 +20,24 @@ from typing import Any
 
 import numpy as np
 
-from phaseinterp.config import period_of
+from phaseinterp.config import period_of, renamed_keyword
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, rows_for
-from phaseinterp.train.result import FULL_STRIDE, _architecture, sweep_checkpoint
-from phaseinterp.train.zoo import period
+from phaseinterp.train.result import FULL_PERIOD, _architecture, sweep_checkpoint
+from phaseinterp.train.zoo import period as zoo_modulus
 
 
 
-def table_period(stride: int | None) -> int:
-    """Residue modulus of the table: lcm(S, 8), doubled until it spans two periods of S, so that
-    "A(r) = A(r + S)" can be tested (S = 2, 4 -> 8; 6, 12 -> 24; 8 -> 16; 16 -> 32; full: 8)."""
-    R = period(stride)
-    while stride is not None and R < 2 * stride:
+def table_period(period: int | None = None, **deprecated: Any) -> int:
+    """Residue modulus of the table for a model of period P (the lcm of its strides; None for full
+    attention): lcm(P, 8), doubled until it spans two periods, so that "A(r) = A(r + P)" can be
+    tested (P = 2, 4 -> 8; 6, 12 -> 24; 8 -> 16; 16 -> 32; full: 8). The old name `stride=` of
+    `period` still works, with a DeprecationWarning."""
+    period = renamed_keyword("table_period", deprecated, "stride", "period", period)
+    R = zoo_modulus(period)
+    while period is not None and R < 2 * period:
         R *= 2
     return R
 
@@ -77,7 +80,7 @@ def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: in
         "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"], "gap_heldout_pp": s["gap_heldout_pp"],
         "gap_ci_pp": list(s["gap_interval_pp"]),
         "best_residue": s["best_residue"], "worst_residue": s["worst_residue"], "p_phase": s["p_value"],
-        "p_periodic": s["p_periodic"], "test_period": curve.stride, "verdict": s["verdict"],
+        "p_periodic": s["p_periodic"], "test_period": curve.period, "verdict": s["verdict"],
         "dominant_period": dominant_period(curve.accuracy), "accuracy": [float(a) for a in curve.accuracy], "task": task,
     }
 
@@ -96,7 +99,7 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
             f"{r['best_residue']} | {r['dominant_period'] if r['dominant_period'] is not None else 'none'} | {r['verdict']} |")
     curves = "\n".join(f"- {r['model']} ({r['protocol']}): " + " ".join(f"{100 * a:.0f}" for a in r["accuracy"]) for r in rows)
     return (f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
-            f"mod R = lcm(S, 8) doubled to span two periods (full attention: 8, tested against period {FULL_STRIDE}); "
+            f"mod R = lcm(S, 8) doubled to span two periods (full attention: 8, tested against period {FULL_PERIOD}); "
             "rows lengthened where training rows could not place every residue. Intervals: "
             "2,000-replicate logical-example cluster bootstrap; verdicts: permutation tests at 5%; dominant period: the "
             "smallest period whose harmonics carry 90% of the curve's spectral power (\"none\": none < R does). \"learned\": best "
