@@ -41,9 +41,9 @@ def build_figure(n_per_residue: int):
     curves = {}
     for name, label in (("w4s4", "W4/S4 compressed attention"), ("full", "full attention")):
         model = phaseinterp.load(CHECKPOINTS / f"{name}.safetensors")
-        curves[label] = phase_sweep(model, batch, stride=4, progress=False, label=label)
+        curves[label] = phase_sweep(model, batch, period=4, progress=False, label=label)
         print(curves[label])
-    fig = phase_figure(curves, strides=[4],
+    fig = phase_figure(curves, periods=[4],
                        title="Record lookup accuracy by needle position mod 8 (shipped checkpoints)")
     fig.update_layout(width=WIDTH, height=HEIGHT, margin=dict(l=70, r=30, t=60, b=100),
                       legend=dict(orientation="h", x=0.5, y=-0.2, xanchor="center", yanchor="top"),

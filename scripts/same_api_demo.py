@@ -74,7 +74,7 @@ def main() -> None:
         batch = task.sample(args.n_per_residue, MODULUS, seed=0)
         calib = task.sample(args.n_per_residue, MODULUS, seed=0, split="calibration")
         # the same three calls on every model: ours, or a raw HF model (wrapped with backend_for inside)
-        curve = phase_sweep(model, batch, stride=STRIDE, progress=False, n_boot=200, n_perm=200, label=name)
+        curve = phase_sweep(model, batch, period=STRIDE, progress=False, n_boot=200, n_perm=200, label=name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "knockout changed no output" on random models, nan maps
             kmap = knockout_map(model, batch, calib, level="kv_head", n_boot=200, label=name)
@@ -107,7 +107,7 @@ def main() -> None:
     # completion flip on the tiny DeepSeek-V4 (text) and on our checkpoint (tokens)
     ds = backend_for(runs[0][1])
     spec = FillerSpec.from_tokenizer(tok, symbol="bab", comment_prefix="bac", newline="bad", n_words=16)
-    flip = completion_flip_text(ds, tok, "caf cag cak cal", [" cam", " can"], range(64), stride=STRIDE,
+    flip = completion_flip_text(ds, tok, "caf cag cak cal", [" cam", " can"], range(64), period=STRIDE,
                                 family="words", filler=spec, n_perm=500)
     save_html(flip_figure(flip), out / "deepseek-flip.html", include_plotlyjs="cdn")
     flip.save(out / "deepseek-flip.json")
@@ -116,7 +116,7 @@ def main() -> None:
     # sits at phase 0 or 2, so exactly one of them is retrievable, and which one flips with L
     pspec = FillerSpec(symbol=60, words=tuple(range(50, 60)), comment_prefix=(61,), newline=62)
     pflip = completion_flip(backend_for(ours), [5, 40, 7, 5, 41, 5], [40, 41], range(64), filler=pspec,
-                            stride=STRIDE, head=[0], n_perm=500)
+                            period=STRIDE, head=[0], n_perm=500)
     print(f"== completion flip, our checkpoint (symbol filler, L = 0..63): {pflip.describe()}")
     print(f"\nwrote curves, maps and flip results to {out}")
 

@@ -92,12 +92,12 @@ curve.to_pandas()[["residue", "phase", "n", "accuracy", "boot_lo", "boot_hi"]]
 
 # %% [markdown]
 # Two of every four phases are near 100% and two near 0%: the same pattern repeats with period
-# `S = 4`. Full attention, trained with the same recipe, has no such structure (we pass `stride=4`
+# `S = 4`. Full attention, trained with the same recipe, has no such structure (we pass `period=4`
 # so its curve is tested for the same period).
 
 # %%
 full = phaseinterp.load(CHECKPOINTS / "full.safetensors")
-full_curve = phase_sweep(full, batch, stride=4, progress=False, label="full attention")
+full_curve = phase_sweep(full, batch, period=4, progress=False, label="full attention")
 print(full_curve)
 
 for c in (curve, full_curve):
@@ -119,7 +119,7 @@ import tempfile
 
 from phaseinterp.plot import save_html
 
-fig = phase_figure({"W4/S4 compressed": curve, "full attention": full_curve}, strides=[4],
+fig = phase_figure({"W4/S4 compressed": curve, "full attention": full_curve}, periods=[4],
                    title="Record lookup accuracy by needle phase")
 out = save_html(fig, Path(tempfile.mkdtemp()) / "phase_curve.html")
 print("wrote", out)

@@ -100,7 +100,7 @@ for name, (model, stride, task) in models.items():
     n = 2 if "ours" not in name else 16  # logical examples per residue
     batch = task.sample(n, modulus=8, seed=0)
     calib = task.sample(n, modulus=8, seed=0, split="calibration")
-    curve = phase_sweep(backend, batch, stride=4, progress=False, n_boot=200, n_perm=200, label=name)
+    curve = phase_sweep(backend, batch, period=4, progress=False, n_boot=200, n_perm=200, label=name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kmap = knockout_map(backend, batch, calib, level="kv_head", n_boot=200, label=name)
@@ -229,7 +229,7 @@ print("gate logits", tuple(gate_logits.shape), "attention output", tuple(attn_ou
 filler = FillerSpec(symbol=240, words=tuple(range(225, 256)), comment_prefix=(226,), newline=227)
 records = [10, 150, 20, 160, 30, 170, 5, 130, 5, 131, 40, 180, 50, 190, 60, 200]
 prompt = records + [233, 247, 229, 251, 238, 226] + [10, 150, 40, 180, 60, 200] + [5]  # filler, demos, query
-flip = completion_flip(ours, prompt, [130, 131], range(24), filler=filler, family="words", stride=4, head=[0],
+flip = completion_flip(ours, prompt, [130, 131], range(24), filler=filler, family="words", period=4, head=[0],
                        n_perm=500)
 print(flip.describe())
 assert flip.summary()["p_value"] < 0.01
@@ -246,7 +246,7 @@ flip_figure(flip)
 
 # %%
 spec = FillerSpec.from_tokenizer(tokenizer, symbol="bab", comment_prefix="bac", newline="bad", n_words=16)
-ds_flip = completion_flip_text(ds, tokenizer, "caf cag cak cal", [" cam", " can"], range(16), stride=4,
+ds_flip = completion_flip_text(ds, tokenizer, "caf cag cak cal", [" cam", " can"], range(16), period=4,
                                family="words", filler=spec, n_perm=200)
 print(ds_flip.describe())
 
@@ -270,7 +270,7 @@ print(ds_flip.describe())
 # backend.prefill_chunk = 2048                         # read long prompts through the KV cache
 # tokenizer = AutoTokenizer.from_pretrained(path)
 # batch = deepseek_niah(tokenizer, 8192).sample(16, modulus=8, seed=0)
-# curve = phase_sweep(backend, batch, stride=4)
+# curve = phase_sweep(backend, batch, period=4)
 #
 # qwen = load_pretrained("Qwen/Qwen3-8B", stride=4, device_map="auto")   # any causal LM: pick the period
 # ```

@@ -82,7 +82,7 @@ for seed in (0, 1):
     if not path.is_file():
         continue
     model = phaseinterp.load(path)
-    curves[seed] = phase_sweep(model, batch, stride=8, n_boot=200, n_perm=200, progress=False)
+    curves[seed] = phase_sweep(model, batch, period=8, n_boot=200, n_perm=200, progress=False)
     maps[seed] = knockout_map(model, batch, calib, change="absolute", n_boot=200, label=f"w8s8-kv4 seed {seed}")
     print(f"seed {seed}: clean accuracy by residue", np.round(100 * curves[seed].accuracy).astype(int))
 
