@@ -89,6 +89,14 @@ def test_task_sampling(unchecked, monkeypatch, n, modulus, residues):
     assert len(batch) >= 1 and batch.modulus == modulus  # a sample that was accepted is a real sample
 
 
+def test_a_huge_modulus_is_refused_before_the_design_is_built():
+    # the matched design costs ~0.1 ms per residue: 10**6 residues would run for minutes
+    with pytest.raises(ValueError, match=r"modulus=1000000 out of range: allowed 1\.\.10000"):
+        TASK.sample(3, 10**6, residues=[0])
+    with pytest.raises(ValueError, match="modulus=10001 out of range"):
+        TASK.min_seq_len(10_001)
+
+
 @SETTINGS
 @given(payload=st.one_of(st.binary(max_size=64), st.builds(lambda h: json.dumps(h).encode(),
                                                           st.dictionaries(st.text(max_size=4), st.text(max_size=4)))))

@@ -31,6 +31,17 @@ from phaseinterp.tasks.names import SPLITS, VARIANTS
 #: Largest batch `RecordLookup.sample` builds (prompts x tokens, 0.8 GB of int64): larger requests are
 #: refused before any allocation.
 MAX_SAMPLE_TOKENS = 10**8
+#: Largest residue modulus: a prompt spans more than (spread + 1) * modulus tokens and building the
+#: matched target design takes ~0.1 ms per residue, so larger moduli are refused up front.
+MAX_MODULUS = 10**4
+
+
+def _modulus(modulus: int) -> None:
+    _at_least("modulus", modulus, 1)
+    if modulus > MAX_MODULUS:
+        raise ValueError(f"modulus={modulus} out of range: allowed 1..{MAX_MODULUS} (prompts would be longer "
+                         f"than {MAX_MODULUS} tokens per unit of spread)")
+
 
 def _at_least(name: str, value: int, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
@@ -161,7 +172,7 @@ class RecordLookup:
 
     def min_seq_len(self, modulus: int) -> int:
         """Shortest prompt that fits the records and position matching at `modulus`."""
-        _at_least("modulus", modulus, 1)
+        _modulus(modulus)
         lo, hi = offset_range(modulus, self.spread)
         filler = hi - lo
         while filler - sum(self._between(filler)) < hi - lo:
@@ -258,7 +269,7 @@ class RecordLookup:
             ValueError: on bad arguments or when the context cannot satisfy the constraints.
         """
         _at_least("n_per_residue", n_per_residue, 1)
-        _at_least("modulus", modulus, 1)
+        _modulus(modulus)
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
         self._check_size(n_per_residue, modulus, modulus if residues is None else len(residues))
