@@ -23,7 +23,7 @@ from phaseinterp.model.nsa.config import NSAConfig
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.recipes import MIXTURE, TRAIN, VOCAB
 
-STEPS = 3000
+STEPS = 10000
 SLIDING_WINDOW = 8
 COMPRESS_HIDDEN = 64
 D_HEAD = 16
