@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from phaseinterp.registry import Registry
+
 
 def softmax(logits: Any, dim: int) -> Any:
     """Normalize gate logits over the window offsets (-inf marks slots before position 0)."""
@@ -50,25 +52,11 @@ class GateKind:
         return n_kv_heads * d_head if self.per_channel else n_kv_heads
 
 
-GATE_KINDS: dict[str, GateKind] = {}
+_REGISTRY: Registry[GateKind] = Registry(GateKind, noun="gate kind", arg="kind", field="gate")
+GATE_KINDS: dict[str, GateKind] = _REGISTRY.entries
 
-
-def register_gate(kind: GateKind) -> GateKind:
-    """Add `kind` to the registry (a name already taken raises ValueError); returns it."""
-    if not isinstance(kind, GateKind):
-        raise ValueError(f"kind={kind!r} is invalid: allowed a GateKind")
-    if kind.name in GATE_KINDS:
-        raise ValueError(f"gate kind {kind.name!r} is already registered: allowed a new name, not one of {list(GATE_KINDS)}")
-    GATE_KINDS[kind.name] = kind
-    return kind
-
-
-def gate_kind(name: str) -> GateKind:
-    """The registered kind called `name`; ValueError listing the registered kinds otherwise."""
-    try:
-        return GATE_KINDS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"gate={name!r} is invalid: allowed one of {list(GATE_KINDS)}") from None
+register_gate = _REGISTRY.register  # add a GateKind (a name already taken raises ValueError); returns it
+gate_kind = _REGISTRY.get  # the GateKind of that name; ValueError listing the registered names otherwise
 
 
 register_gate(GateKind("scalar"))

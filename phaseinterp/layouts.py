@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from phaseinterp.registry import Registry
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -69,25 +71,11 @@ class Layout:
         return f"{self.window_strides} * stride = {self.window_strides * stride}"
 
 
-LAYOUTS: dict[str, Layout] = {}
+_REGISTRY: Registry[Layout] = Registry(Layout, noun="layout", arg="layout", field="layout")
+LAYOUTS: dict[str, Layout] = _REGISTRY.entries
 
-
-def register_layout(layout: Layout) -> Layout:
-    """Add `layout` to the registry (a name already taken raises ValueError); returns it."""
-    if not isinstance(layout, Layout):
-        raise ValueError(f"layout={layout!r} is invalid: allowed a Layout")
-    if layout.name in LAYOUTS:
-        raise ValueError(f"layout {layout.name!r} is already registered: allowed a new name, not one of {list(LAYOUTS)}")
-    LAYOUTS[layout.name] = layout
-    return layout
-
-
-def layout_of(name: str) -> Layout:
-    """The registered layout called `name`; ValueError listing the registered layouts otherwise."""
-    try:
-        return LAYOUTS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"layout={name!r} is invalid: allowed one of {list(LAYOUTS)}") from None
+register_layout = _REGISTRY.register  # add a Layout (a name already taken raises ValueError); returns it
+layout_of = _REGISTRY.get  # the Layout of that name; ValueError listing the registered names otherwise
 
 
 def hf_layouts() -> dict[str, Layout]:
