@@ -29,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from phaseinterp.config import CompressionConfig
 from phaseinterp.gates import GateKind, gate_kind
-from phaseinterp.model.compressor import map_index, n_maps, window_starts
+from phaseinterp.model.compressor import map_index, n_maps, slot_positions
 
 LOGIT_PLACES = ("hook", "projection")
 
@@ -67,14 +67,6 @@ class Compression:
     def kind(self) -> GateKind:
         return gate_kind(self.cc.gate)
 
-    def positions(self, n_entries: int, device: torch.device | None = None) -> Int[Tensor, "entry offset"]:
-        """Absolute position of every window slot (negative: before position 0)."""
-        return window_starts(self.cc, n_entries, device)[:, None] + torch.arange(self.cc.window, device=device)
-
-    def valid(self, n_entries: int, device: torch.device | None = None) -> Bool[Tensor, "entry offset"]:
-        """Which window slots hold a real position (False before position 0)."""
-        return self.positions(n_entries, device) >= 0
-
 
 def slot_logits(projection: Float[Tensor, "batch pos row kv_head channel"], cc: CompressionConfig,
                 bias: Float[Tensor, "bias_row kv_head channel"] | None, n_entries: int, delta: int = 0
@@ -96,7 +88,7 @@ def slot_logits(projection: Float[Tensor, "batch pos row kv_head channel"], cc: 
     src = (torch.arange(W, device=dev) - delta) % W
     chunk = torch.arange(n_entries, device=dev) % k  # entry j belongs to chunking j mod k
     rows = chunk[:, None] * n_maps(cc, cc.gate_maps) + map_index(cc, cc.gate_maps).to(dev)[src][None]
-    pos = window_starts(cc, n_entries, dev)[:, None] + torch.arange(W, device=dev)
+    pos = slot_positions(cc, n_entries, dev)
     logits = projection[:, pos.clamp(min=0), rows]  # [batch, entry, offset, kv_head, channel]
     if bias is not None:
         logits = logits + bias[chunk[:, None] * W + src[None]].to(dev)

@@ -41,6 +41,7 @@ from phaseinterp.backends.hf import HFMixin
 from phaseinterp.backends.units import BackendConfig
 from phaseinterp.convert.deepseek_v4 import compression_config_from_hf
 from phaseinterp.layouts import hf_layouts
+from phaseinterp.model.compressor import slot_positions
 
 CSA, HCA = "compressed_sparse_attention", "heavily_compressed_attention"
 
@@ -109,9 +110,7 @@ class DeepseekV4Backend(HFMixin, Backend):
         return seq_len // self.cfg.layer_strides[layer]
 
     def gate_valid(self, layer: int, n_entries: int) -> Bool[Tensor, "entry offset"]:
-        W, m = self.cfg.gate_windows[layer], self.cfg.layer_strides[layer]
-        lookback = hf_layouts()[self._compressed(layer)].lookback  # its first lookback * m slots precede position 0
-        return torch.arange(n_entries)[:, None] * m + torch.arange(W) >= lookback * m
+        return slot_positions(self.compression(layer).cc, n_entries) >= 0
 
     def gate_shape(self, layer: int) -> tuple[int, int]:
         self._compressed(layer)

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from jaxtyping import Float
 
-from phaseinterp.interventions.overrides import compressors
+from phaseinterp.interventions.overrides import BRANCH_NAMES, compressors
 from phaseinterp.measure import PhaseCurve, evaluate_correct
 from phaseinterp.measure.provenance import jsonable, model_config, versions
 from phaseinterp.interventions.runner import runnable
@@ -102,8 +102,7 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
 
 def _branch_index(backend, layer: int, branch: str) -> int:
     """Index of a branch ("key", "value", "kv") among the backend's branches of `layer`."""
-    short = {"key": "k", "value": "v", "kv": "kv"}[branch]
-    return list(backend.cfg.gate_branches[layer]).index(short)
+    return [BRANCH_NAMES[f"compress_{b}"] for b in backend.cfg.gate_branches[layer]].index(branch)
 
 
 @dataclass(frozen=True, repr=False)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from phaseinterp.interventions.runner import hooked
 from phaseinterp.measure.sweep import is_backend
-from phaseinterp.model.compressor import Compressor, window_starts
+from phaseinterp.model.compressor import Compressor, slot_positions
 
 BRANCH_NAMES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
 OVERRIDES = ("uniform", "one_hot", "tensor")
@@ -70,9 +70,7 @@ def _branches(model, layer: int) -> list[tuple[str, Compressor | None]]:
 
 def _valid_slots(comp, n_entries: int, device) -> Tensor:
     """[entry, offset] True where the slot lies at a position >= 0 (deepseek-csa entry 0 has not)."""
-    cc = comp.cc
-    start = window_starts(cc, n_entries, device)
-    return (start[:, None] + torch.arange(cc.window, device=device)[None]) >= 0
+    return slot_positions(comp.cc, n_entries, device) >= 0
 
 
 def override_values(comp, act: Float[Tensor, "batch entry offset *channels"], kind: str, *,

@@ -245,7 +245,7 @@ def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Te
     # clean rows' logical examples (a pairing keeps one corrupt row per clean row)
     base_ok = is_correct(corrupt_logits, clean.answers).cpu().numpy()
     patched_ok = is_correct(patched, clean.answers).cpu().numpy()
-    pp, lo, hi, _, acc_patched = accuracy_change(base_ok, patched_ok, res, clean.example_id.cpu().numpy(), R,
+    pp, lo, hi, acc_corrupt, acc_patched = accuracy_change(base_ok, patched_ok, res, clean.example_id.cpu().numpy(), R,
                                                  change="absolute", n_boot=stats["n_boot"],
                                                  confidence=stats["confidence"], seed=stats["seed"])
     dims, coords = layout
@@ -271,7 +271,7 @@ def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Te
         meta={"intervention": intervention, "masked": mask_note,
               "logit_diff": {"clean": by_residue(ld_clean, res, R), "corrupt": by_residue(ld_corrupt, res, R)},
               "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt),
-                           "corrupt_on_clean_answers": by_residue(base_ok.astype(float), res, R)},
+                           "corrupt_on_clean_answers": acc_corrupt},
               "n_boot": stats["n_boot"], "confidence": stats["confidence"], "seed": stats["seed"],
               "model": model_config(model), "task": clean.meta, "versions": versions()})
 

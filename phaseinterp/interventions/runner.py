@@ -107,9 +107,7 @@ def final_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor,
         True
     """
     if is_backend(model):
-        if fwd_hooks or grad:
-            return model.final_logits(tokens, query_pos, fwd_hooks, grad=grad)
-        return model.final_logits(tokens, query_pos)
+        return model.final_logits(tokens, query_pos, fwd_hooks, grad=grad)
     dev = model_device(model)
     tokens, query_pos = tokens.to(dev), query_pos.to(dev)
     rows = torch.arange(tokens.shape[0], device=dev)

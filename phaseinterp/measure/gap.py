@@ -49,11 +49,11 @@ def heldout_gap(correct: Bool[np.ndarray, " row"], residue: Int[np.ndarray, " ro
         if np.isnan(acc).all() or not measure.any():
             return float("nan"), (float("nan"), float("nan"))
         best, worst = int(np.nanargmax(acc)), int(np.nanargmin(acc))
-        reps = cluster_bootstrap(correct[measure], residue[measure], cid[measure], modulus, n_boot=n_boot,
-                                 seed=int(rng.integers(1 << 31)))
         n = np.bincount(residue[measure], minlength=modulus)
         if n[best] == 0 or n[worst] == 0:
             return float("nan"), (float("nan"), float("nan"))
+        reps = cluster_bootstrap(correct[measure], residue[measure], cid[measure], modulus, n_boot=n_boot,
+                                 seed=int(rng.integers(1 << 31)))
         k = np.bincount(residue[measure], correct[measure], modulus)
         sides.append((k[best] / n[best] - k[worst] / n[worst], reps[:, best] - reps[:, worst]))
     point = 100 * (sides[0][0] + sides[1][0]) / 2

@@ -44,8 +44,13 @@ def entry_rope_positions(cc: CompressionConfig, n_entries: int, device: torch.de
 def window_positions(cc: CompressionConfig, seq_len: int, device: torch.device | None = None
                      ) -> Int[Tensor, "entry window"]:
     """Absolute positions covered by each complete window: [n_entries, W] (may hold negatives)."""
-    starts = window_starts(cc, cc.n_entries(seq_len), device)
-    return starts[:, None] + torch.arange(cc.window, device=device)
+    return slot_positions(cc, cc.n_entries(seq_len), device)
+
+
+def slot_positions(cc: CompressionConfig, n_entries: int, device: torch.device | None = None
+                   ) -> Int[Tensor, "entry window"]:
+    """Absolute position of every slot of the first `n_entries` windows (negative: before 0)."""
+    return window_starts(cc, n_entries, device)[:, None] + torch.arange(cc.window, device=device)
 
 
 def map_index(cc: CompressionConfig, maps: str) -> Int[Tensor, " window"]:

@@ -51,7 +51,7 @@ class TrainConfig:
         device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
         mitigation: training-time mitigations of phase sensitivity (`phaseinterp.train.mitigation`).
         compile: run the forward pass through `torch.compile`, one graph per model (needs a C++
-            compiler on CPU; costs 30-90 s of compilation, then about 1.4x the steps per second of
+            compiler on CPU; costs about a minute of compilation, then 1.4-1.5x the steps per second of
             eager mode on the tiny models, benchmarks/train.py; results match eager mode to float
             rounding, not bit for bit). Not with mitigations or HF models.
     """

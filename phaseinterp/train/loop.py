@@ -327,7 +327,8 @@ def _wrap(model, tcfg: TrainConfig, ctx: _Dist, device):
 
 def adamw_kernel(device: torch.device) -> dict[str, bool]:
     """AdamW's implementation: one fused kernel for every parameter where torch has one (CPU and
-    CUDA; ~2.5x faster than foreach on CPU, a tenth of a compiled step), else foreach."""
+    CUDA; 1.8 ms per step against 4.8 ms for foreach in one profile of the w4s4 recipe), else
+    foreach."""
     return {"fused": True} if device.type in ("cpu", "cuda") else {"foreach": True}
 
 
