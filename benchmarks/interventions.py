@@ -90,7 +90,7 @@ def bench(kind: str, n_per_residue: int, repeats: int, n_boot: int) -> dict:
     B = len(batch)
     repl = {l: calib.replacement("mean", l, batch.residue) for l in range(model.cfg.n_layers)}
     sites = site_positions("final", batch.query_pos, batch.tokens.shape[1])
-    edits = [knockout_edit(u, repl[u.layer], sites) for u in units]
+    edits = [knockout_edit(u, repl[u.layer], sites, cfg=model.cfg) for u in units]
     clean = lambda: model(batch.tokens)  # noqa: E731
     runs = {
         "map_incremental": lambda: knockout_map(model, batch, calib, n_boot=n_boot),

@@ -11,6 +11,7 @@ _EXPORTS = {
     **dict.fromkeys(('CompressionConfig', 'ModelConfig'), "config"),
     **dict.fromkeys(('HookedCompressedTransformer',), "model"),
     **dict.fromkeys(('PRESETS', 'preset'), "presets"),
+    **dict.fromkeys(('Unit', 'head_units'), "units"),
 }
 __all__ = [*sorted(_EXPORTS), "__version__"]
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -37,6 +37,7 @@ from phaseinterp.interventions import activation_patching, knockout_map, mapping
 from phaseinterp.measure import phase_sweep  # noqa: E402
 from phaseinterp.plot import flip_figure, save_html  # noqa: E402
 from phaseinterp.tasks import RecordLookup  # noqa: E402
+from phaseinterp.units import Unit  # noqa: E402
 
 STRIDE, MODULUS = 4, 8  # DeepSeek-V4 CSA stride; residues mod 8 as in the paper
 
@@ -97,12 +98,12 @@ def main() -> None:
               f"({kmap.meta['intervention']['engine']}, {kmap.meta['intervention']['method']}):")
         for li, layer in enumerate(kmap.coords["layer"]):
             for ki, kv in enumerate(kmap.coords["kv_head"]):
-                print(f"     L{layer}.kv{kv} rel. change (%): {fmt(kmap.values[li, ki])}")
+                print(f"     {Unit('kv_head', layer, kv).name} rel. change (%): {fmt(kmap.values[li, ki])}")
         print(f"   patching map, mapping swap, z at the final position "
               f"({pmap.meta['intervention']['engine']}, {pmap.meta['intervention']['method']}):")
         for li, layer in enumerate(pmap.coords["layer"]):
             for ki, kv in enumerate(pmap.coords["kv_head"]):
-                print(f"     L{layer}.kv{kv} restored:        {fmt(pmap.values[li, ki])}")
+                print(f"     {Unit('kv_head', layer, kv).name} restored:        {fmt(pmap.values[li, ki])}")
         print(f"   ({time.perf_counter() - t0:.1f} s)")
     # completion flip on the tiny DeepSeek-V4 (text) and on our checkpoint (tokens)
     ds = backend_for(runs[0][1])

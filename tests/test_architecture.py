@@ -12,7 +12,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 #: Lowest first. A module belongs to the floor of its longest matching prefix.
 FLOORS = [
     ("core", ["phaseinterp", "phaseinterp._lazy", "phaseinterp.config", "phaseinterp.gates",
-              "phaseinterp.layouts", "phaseinterp.presets", "phaseinterp.registry"]),
+              "phaseinterp.layouts", "phaseinterp.presets", "phaseinterp.registry", "phaseinterp.units"]),
     ("model", ["phaseinterp.model", "phaseinterp.checkpoint", "phaseinterp.checkpoint_io", "phaseinterp.convert",
                "phaseinterp.train.hf_model", "phaseinterp.backends"]),
     ("tasks", ["phaseinterp.tasks"]),

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from phaseinterp.backends import (HookedBackend, Read, Replace, SetEntries, SetGate, Unit, backend_for)
-from phaseinterp.interventions import (HeadUnit, activation_patching, calibrate, head_units, knockout_logits,
+from phaseinterp.interventions import (activation_patching, calibrate, head_units, knockout_logits,
                                        knockout_map, mapping_swap, phase_swap, planted_model)
 from phaseinterp.interventions.knockout import knockout_edit
 from phaseinterp.interventions.runner import run_units
@@ -36,15 +36,15 @@ def no_torch_hooks(module: torch.nn.Module) -> bool:
 def test_units_and_config(model):
     b = HookedBackend(model)
     assert b.cfg.layer_strides == (4, 4, None) and b.cfg.strides == (4,) and b.cfg.residue_modulus == 4
-    assert [u.name for u in b.units("gate")] == ["L0.gate0", "L0.gate1", "L1.gate0"]
-    assert [u.name for u in b.units("kv_head")] == ["L0.kv0", "L0.kv1", "L1.kv0", "L1.kv1", "L2.kv0", "L2.kv1"]
-    assert b.heads_of(Unit("kv_head", 1, 1)) == [2, 3] and Unit.parse("L1.kv1") == Unit("kv_head", 1, 1)
+    assert [u.name for u in b.units("gate")] == ["L0.G0", "L0.G1", "L1.G0"]
+    assert [u.name for u in b.units("kv_head")] == ["L0.KV0", "L0.KV1", "L1.KV0", "L1.KV1", "L2.KV0", "L2.KV1"]
+    assert b.heads_of(Unit("kv_head", 1, 1)) == [2, 3] and Unit.parse("L1.KV1") == Unit("kv_head", 1, 1)
     assert backend_for(model).cfg == b.cfg
     with pytest.raises(ValueError, match=r"layer=3 is out of range: allowed 0..2"):
         b.check_unit(Unit("kv_head", 3, 0))
     with pytest.raises(ValueError, match=r"kv_head index=2 is out of range: allowed 0..1"):
         b.check_unit(Unit("kv_head", 0, 2))
-    with pytest.raises(ValueError, match=r"layer 2 has no compressor; gate units: \['L0.gate0'"):
+    with pytest.raises(ValueError, match=r"layer 2 has no compressor; gate units: \['L0.G0'"):
         b.check_unit(Unit("gate", 2, 0))
     with pytest.raises(ValueError, match="unit kind='neuron' is invalid"):
         Unit("neuron", 0, 1)
@@ -203,7 +203,7 @@ def test_tl_named_runner_equals_interventions_runner(model, tokens):
     qpos = torch.tensor([39, 25, 30])
     units = head_units(model.cfg, "kv_head")
     values = torch.randn(3, 1, 4, 8, generator=torch.Generator().manual_seed(2))
-    edits = [knockout_edit(u, values, qpos[:, None]) for u in units]
+    edits = [knockout_edit(u, values, qpos[:, None], cfg=model.cfg) for u in units]
     edits.append({"blocks.0.attn.compress_k.hook_gate": lambda g: torch.full_like(g, 0.25)})
     expected = run_units(model, tokens, qpos, edits, max_rows=6)
     got = b.run_units(tokens, qpos, edits, max_rows=6)
@@ -290,8 +290,10 @@ def test_bad_input_to_the_one_api_names_the_value_and_the_range(model):
         knockout_map(b, batch, calib, layers=[3])
     with pytest.raises(ValueError, match=rf"position 999 is invalid: allowed 0\.\.{T - 1}"):
         knockout_map(b, batch, calib, positions=[999])
-    with pytest.raises(ValueError, match=r"unit L0\.H0: heads=\[4\] are invalid: allowed 1 or more of 0\.\.3"):
-        knockout_logits(b, batch, [HeadUnit(0, 0, (4,), "head")], calib)
+    with pytest.raises(ValueError, match=r"L0\.H4: head index=4 is out of range: allowed 0\.\.3"):
+        knockout_logits(b, batch, [Unit("head", 0, 4)], calib)
+    with pytest.raises(ValueError, match=r"unit Unit\(kind='gate', .* is invalid: allowed a layer, kv_head or head Unit"):
+        knockout_logits(b, batch, [Unit("gate", 0, 0)], calib)
     with pytest.raises(ValueError, match=r"unit='resid' is invalid on HookedBackend\(HookedCompressedTransformer\)"):
         activation_patching(b, pair, unit="resid")
     with pytest.raises(ValueError, match=r"method='incremental' applies to .* on HookedBackend"):

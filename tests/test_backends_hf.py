@@ -44,7 +44,7 @@ def test_deepseek_units_and_strides(deepseek):
     b = backend_for(model)
     assert isinstance(b, DeepseekV4Backend)
     assert b.cfg.layer_strides == (None, 4, 16, 4) and b.cfg.gate_windows == (None, 8, 16, 8)
-    assert [u.name for u in b.units("gate")] == ["L1.gate0", "L2.gate0", "L3.gate0"]
+    assert [u.name for u in b.units("gate")] == ["L1.G0", "L2.G0", "L3.G0"]
     assert b.cfg.n_kv_heads == 1 and b.heads_of(Unit("kv_head", 2, 0)) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="layer 0 has no compressor"):
         b.check_unit(Unit("gate", 0, 0))
@@ -228,7 +228,7 @@ def test_knockout_and_patching_run_on_hf_models_through_the_same_call(which, dee
     assert used == "hooks" and ko.shape == (len(units), len(batch), V)
     for i in (0, len(units) - 1):
         u = units[i]
-        edit = Replace(Unit("kv_head", u.layer, u.index), value=mean_z[u.layer][:, list(u.heads)],
+        edit = Replace(u, value=mean_z[u.layer][:, list(u.heads(backend.cfg))],
                        positions=batch.query_pos)
         with backend.intervene(edit):
             ref = backend.final_logits(batch.tokens, batch.query_pos)

@@ -151,7 +151,7 @@ def test_cycled_gates_on_the_backend_change_the_logits_and_leave_nothing_behind(
     with pytest.raises(ValueError, match=r"delta=16 is invalid for layer 2 \(W=16\): allowed delta != 0 mod W"):
         with cycled_gates(b, 16, layers=[2]):
             pass
-    with pytest.raises(ValueError, match=r"CycleGate\(L1.gate0\) delta=8 is invalid \(W=8\)"):
+    with pytest.raises(ValueError, match=r"CycleGate\(L1.G0\) delta=8 is invalid \(W=8\)"):
         b.run(tokens, [CycleGate(Unit("gate", 1, 0), 8)])
     with pytest.raises(ValueError, match=r"CycleGate delta=1.5 is invalid: allowed an integer"):
         CycleGate(Unit("gate", 1, 0), 1.5)
@@ -359,7 +359,7 @@ def test_cycling_a_uniform_gate_names_what_is_missing():
     uniform = ModelConfig(**{**cfg.__dict__, "layers": tuple(
         type(s)(**{**s.__dict__, "gate": "uniform"}) if not isinstance(s, str) else s for s in cfg.layers)})
     b = HookedBackend(HookedCompressedTransformer(uniform, seed=0))
-    with pytest.raises(ValueError, match=r"CycleGate\(L0.gate0\): gate='uniform' has no gate parameters to cycle"):
+    with pytest.raises(ValueError, match=r"CycleGate\(L0.G0\): gate='uniform' has no gate parameters to cycle"):
         b.run(torch.zeros(1, 16, dtype=torch.long), [CycleGate(Unit("gate", 0, 0), 1)])
     with pytest.raises(ValueError, match=r"gate cycling changes nothing in"):
         with cycled_gates(b, 1):

@@ -139,7 +139,7 @@ def test_nnsight_backend_units_gates_and_entries(model, tokens):
     compress_attention(model, KVCompression(4, 4, "score", "post", layers=(3, 7)))
     backend = backend_for(model)
     assert isinstance(backend, CompressedHFBackend)
-    assert [u.name for u in backend.units("gate")] == ["L3.gate0", "L3.gate1", "L7.gate0", "L7.gate1"]
+    assert [u.name for u in backend.units("gate")] == ["L3.G0", "L3.G1", "L7.G0", "L7.G1"]
     assert backend.cfg.layer_strides[3] == 4 and backend.cfg.layer_strides[0] is None
     _, cache = hook_cache(model, tokens)
     gate = backend.gate_weights(tokens, Unit("gate", 7, 1))

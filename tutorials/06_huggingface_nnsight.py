@@ -25,7 +25,7 @@
 # | `DeepseekV4Backend` | HF `DeepseekV4ForCausalLM` (CSA and HCA compressors, gates read from the compressor's forward; gate overrides, cycling and attribution) |
 # | `HFCausalLMBackend` | any HF causal LM (Qwen3, Llama, GPT-2, ...), heads read at the attention output projection |
 #
-# A backend exposes named units (`L1.kv0`, `L1.gate0`, ...) and runs edits on them through nnsight;
+# A backend exposes named units (`L1.KV0`, `L1.G0`, ...) and runs edits on them through nnsight;
 # `phase_sweep`, `knockout_map` and `activation_patching` accept a backend (or a raw HF model, which
 # they wrap with `backend_for`) with the same arguments as our model. Here we run the same calls on
 # a tiny random DeepSeek-V4, a tiny random Qwen3 (both built from configs: no downloads) and our
@@ -129,7 +129,7 @@ assert np.nanmin(ours_pmap.sel(layer=1, kv_head=0)) > 0.9  # layer 1's head carr
 ds = backends["deepseek-v4 (tiny, random)"]
 tokens = deepseek_niah(tokenizer, 128).sample(1, modulus=8, seed=0).tokens[:2]
 gates = ds.gate_weights(tokens, Unit("gate", 1, 0))
-print("L1.gate0 weights", tuple(gates.shape), "sum over offsets:", gates.sum(2).mean().item())
+print("L1.G0 weights", tuple(gates.shape), "sum over offsets:", gates.sum(2).mean().item())
 
 # %% [markdown]
 # The gate interventions of tutorial 04 (`gate_override`, `cycled_gates` / `gate_cycling`,
@@ -168,7 +168,7 @@ with ours.intervene(Replace(Unit("kv_head", 1, 0), value=0.0)):
     zeroed = phase_sweep(ours, ours_batch, progress=False, n_boot=200, n_perm=200)
 after = phase_sweep(ours, ours_batch, progress=False, n_boot=200, n_perm=200)
 print("uniform layer-1 gates (%):", np.round(100 * edited.accuracy).astype(int).tolist())
-print("L1.kv0 zeroed at the end (%):", np.round(100 * zeroed.accuracy).astype(int).tolist())
+print("L1.KV0 zeroed at the end (%):", np.round(100 * zeroed.accuracy).astype(int).tolist())
 print("after the blocks (%):       ", np.round(100 * after.accuracy).astype(int).tolist())
 assert np.array_equal(after.accuracy, results["w4s4 (ours, trained)"][0].accuracy)
 

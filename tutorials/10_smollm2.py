@@ -92,7 +92,7 @@ print("accuracy by phase:", [round(100 * a) for a in row.phase_accuracy])
 # %% [markdown]
 # ## nnsight: gates and entries as units
 #
-# `backend_for` gives a compressed model gate units (`L18.gate0` keys, `gate1` values); a uniform
+# `backend_for` gives a compressed model gate units (`L18.G0` keys, `L18.G1` values); a uniform
 # gate override turns `score` pooling into `mean` pooling.
 
 # %%

@@ -6,7 +6,7 @@ Example:
     >>> from phaseinterp.backends import Replace, Unit, backend_for
     >>> backend = backend_for(HookedCompressedTransformer(preset("tiny-w4s4"), seed=0))
     >>> [u.name for u in backend.units("gate")]
-    ['L0.gate0', 'L0.gate1', 'L1.gate0', 'L1.gate1']
+    ['L0.G0', 'L0.G1', 'L1.G0', 'L1.G1']
 """
 
 import beartype  # noqa: F401  (import before nnsight, see RECIPES.md)
@@ -23,7 +23,8 @@ from phaseinterp.backends.kv_compression import KVCompression, compress_attentio
 from phaseinterp.backends.nsa import NSABackend  # noqa: E402
 from phaseinterp.backends.load import backend_for, load_pretrained  # noqa: E402
 from phaseinterp.backends.smollm2 import load_smollm2, smollm2_backend  # noqa: E402
-from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Read, Unit  # noqa: E402
+from phaseinterp.backends.units import BackendConfig, Read  # noqa: E402
+from phaseinterp.units import UNIT_KINDS, Unit  # noqa: E402
 
 __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "Compression", "CycleGate",
            "DeepseekV4Backend", "Edit",

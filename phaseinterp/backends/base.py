@@ -25,7 +25,8 @@ from phaseinterp.backends.batching import BatchedNNsight
 from phaseinterp.backends.compat import TLCompat
 from phaseinterp.backends.compression import Compression
 from phaseinterp.backends.edits import Edit, _positions, sites
-from phaseinterp.backends.units import UNIT_KINDS, BackendConfig, Positions, Read, Unit
+from phaseinterp.backends.units import BackendConfig, Positions, Read
+from phaseinterp.units import UNIT_KINDS, Unit, head_units
 
 SITE_ORDER = {"gate_logits": 0, "gate": 1, "entry": 2, "head": 10, "layer": 11}  # forward order inside one layer
 COMPRESSOR_SITES = ("gate_logits", "gate", "entry")
@@ -131,49 +132,34 @@ class Backend(TLCompat):
 
         Example:
             >>> [u.name for u in backend.units("kv_head")]
-            ['L0.kv0', 'L1.kv0']
+            ['L0.KV0', 'L1.KV0']
         """
         if kind is not None and kind not in UNIT_KINDS:
             raise ValueError(f"unit kind={kind!r} is invalid: allowed {list(UNIT_KINDS)}")
-        c = self.cfg
-        out = []
+        c, out = self.cfg, []
         for layer in range(c.n_layers):
-            if kind in (None, "layer"):
-                out.append(Unit("layer", layer))
-            if kind in (None, "kv_head"):
-                out += [Unit("kv_head", layer, k) for k in range(c.n_kv_heads)]
-            if kind in (None, "head"):
-                out += [Unit("head", layer, h) for h in range(c.n_heads)]
-            if kind in (None, "gate"):
-                out += [Unit("gate", layer, b) for b in range(len(c.gate_branches[layer]))]
+            for k in UNIT_KINDS if kind is None else (kind,):
+                out += ([Unit("gate", layer, b) for b in range(len(c.gate_branches[layer]))] if k == "gate"
+                        else head_units(c, k, [layer]))
         return out
 
     def check_unit(self, unit: Unit) -> Unit:
         """Return `unit` if this model has it, else raise ValueError with the allowed range."""
-        c = self.cfg
         if not isinstance(unit, Unit):
-            raise ValueError(f"unit={unit!r} is invalid: allowed a phaseinterp.backends.Unit")
-        if not 0 <= unit.layer < c.n_layers:
-            raise ValueError(f"{unit.name}: layer={unit.layer} is out of range: allowed 0..{c.n_layers - 1}")
-        limit = {"kv_head": c.n_kv_heads, "head": c.n_heads, "gate": len(c.gate_branches[unit.layer])}.get(unit.kind)
-        if unit.kind == "gate" and limit == 0:
-            allowed = [u.name for u in self.units("gate")]
-            raise ValueError(f"{unit.name}: layer {unit.layer} has no compressor; gate units: {allowed}")
-        if limit is not None and not 0 <= unit.index < limit:
-            raise ValueError(f"{unit.name}: {unit.kind} index={unit.index} is out of range: allowed 0..{limit - 1}")
+            raise ValueError(f"unit={unit!r} is invalid: allowed a phaseinterp.units.Unit")
+        unit.check(self.cfg)
+        if unit.kind == "gate":
+            n = len(self.cfg.gate_branches[unit.layer])
+            if n == 0:
+                allowed = [u.name for u in self.units("gate")]
+                raise ValueError(f"{unit.name}: layer {unit.layer} has no compressor; gate units: {allowed}")
+            if not unit.index < n:
+                raise ValueError(f"{unit.name}: gate index={unit.index} is out of range: allowed 0..{n - 1}")
         return unit
 
     def heads_of(self, unit: Unit) -> list[int]:
-        """Query heads a head / KV-head / layer unit covers (head h reads KV head h // group)."""
-        self.check_unit(unit)
-        g = self.cfg.group
-        if unit.kind == "head":
-            return [unit.index]
-        if unit.kind == "kv_head":
-            return list(range(unit.index * g, (unit.index + 1) * g))
-        if unit.kind == "layer":
-            return list(range(self.cfg.n_heads))
-        raise ValueError(f"{unit.name}: a gate unit has no query heads")
+        """Query heads a head / KV-head / layer unit covers (`unit.heads(cfg)`: head h reads KV head h // group)."""
+        return list(self.check_unit(unit).heads(self.cfg))
 
     # ---- running ----------------------------------------------------------------------------
     def _check_tokens(self, tokens: Tensor) -> Tensor:

@@ -74,7 +74,7 @@ class DeepseekV4Backend(HFMixin, Backend):
         >>> from phaseinterp.backends.tiny import tiny_deepseek_v4
         >>> backend = DeepseekV4Backend(tiny_deepseek_v4(seed=0))  # a DeepseekV4ForCausalLM of a tiny config
         >>> backend.cfg.strides, [u.name for u in backend.units("gate")]  # CSA stride 4, HCA stride 16
-        ((4, 16), ['L1.gate0', 'L2.gate0', 'L3.gate0'])
+        ((4, 16), ['L1.G0', 'L2.G0', 'L3.G0'])
         >>> backend.gate_weights(tokens[:2, :32], Unit("gate", 1, 0)).shape  # [batch, entry, 2S, 1, head_dim]
         torch.Size([2, 8, 8, 1, 64])
     """

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from phaseinterp.backends.compression import slot_logits
-from phaseinterp.backends.units import Positions, Unit, UnitSpace
+from phaseinterp.backends.units import Positions, UnitSpace
+from phaseinterp.units import Unit
 
 
 def _positions(positions: int | tuple[int, ...] | list[int], size: int, what: str = "position") -> list[int]:
@@ -85,7 +86,7 @@ class Replace:
 
     Example:
         >>> Replace(Unit("kv_head", 1, 0), value=0.0, positions=(-1,)).unit.name
-        'L1.kv0'
+        'L1.KV0'
     """
 
     unit: Unit

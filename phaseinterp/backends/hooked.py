@@ -21,10 +21,11 @@ from torch import Tensor
 
 from phaseinterp.backends.base import Backend, Site
 from phaseinterp.backends.compression import Compression
-from phaseinterp.backends.units import BackendConfig, Unit
+from phaseinterp.backends.units import BackendConfig
 from phaseinterp.gates import gate_kind
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.model.compressor import window_starts
+from phaseinterp.units import Unit
 
 
 def _hook_site(envoy) -> Site:

@@ -11,7 +11,7 @@ Example:
     >>> from phaseinterp.model.nsa import NSAConfig, NSATransformer
     >>> backend = NSABackend(NSATransformer(NSAConfig(num_selected=1), seed=0))
     >>> backend.cfg.strides, [u.name for u in backend.units("kv_head")]
-    ((8,), ['L0.kv0', 'L0.kv1', 'L1.kv0', 'L1.kv1'])
+    ((8,), ['L0.KV0', 'L0.KV1', 'L1.KV0', 'L1.KV1'])
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Named units of a model (layer, KV head, query head, compressor gate) and a backend's shape card.
-
-A `Unit` names one thing an experiment can read or knock out, the same way on every backend:
-
-    Unit("layer", 3)        "L3"        the attention output of layer 3
-    Unit("kv_head", 3, 0)   "L3.kv0"    every query head that reads KV head 0 of layer 3
-    Unit("head", 3, 5)      "L3.h5"     query head 5 of layer 3
-    Unit("gate", 3, 0)      "L3.gate0"  compressor branch 0 of layer 3 (key or tied K/V branch;
-                                        branch 1 is the value branch of separate-K/V layers)
+"""A backend's shape card (`BackendConfig`), its reads (`Read`) and what an edit asks of it
+(`UnitSpace`). The units themselves are `phaseinterp.units.Unit` ("L3", "L3.KV0", "L3.H5",
+"L3.G0"), the same type every intervention, map and the CLI use; re-exported here.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Protocol, Union
 
@@ -20,59 +13,10 @@ from torch import Tensor
 
 from phaseinterp.backends.compression import Compression
 from phaseinterp.config import period_of
-
-UNIT_KINDS = ("layer", "kv_head", "head", "gate")
-_PREFIX = {"kv_head": "kv", "head": "h", "gate": "gate"}
-_NAME = re.compile(r"^L(\d+)(?:\.(kv|h|gate)(\d+))?$")
+from phaseinterp.units import Unit
 
 #: Positions to read or edit: one int, shared ints, or per row a tensor [batch] / [batch, n_sites].
 Positions = Union[int, tuple[int, ...], Tensor]
-
-
-@dataclass(frozen=True, order=True)
-class Unit:
-    """One named unit. `index` is the KV head, query head or gate branch; None for a layer.
-
-    Example:
-        >>> Unit("kv_head", 2, 0).name, Unit.parse("L2.h3")
-        ('L2.kv0', Unit(kind='head', layer=2, index=3))
-    """
-
-    kind: str
-    layer: int
-    index: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in UNIT_KINDS:
-            raise ValueError(f"unit kind={self.kind!r} is invalid: allowed {list(UNIT_KINDS)}")
-        if isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0:
-            raise ValueError(f"unit layer={self.layer!r} is invalid: allowed an integer >= 0")
-        if self.kind == "layer":
-            if self.index is not None:
-                raise ValueError(f"unit index={self.index!r} is invalid for a layer unit: allowed None")
-        elif isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
-            raise ValueError(f"unit index={self.index!r} is invalid for a {self.kind} unit: allowed an integer >= 0")
-
-    @property
-    def name(self) -> str:
-        """Short name: "L3", "L3.kv0", "L3.h5", "L3.gate0"."""
-        return f"L{self.layer}" if self.kind == "layer" else f"L{self.layer}.{_PREFIX[self.kind]}{self.index}"
-
-    @classmethod
-    def parse(cls, name: str) -> Unit:
-        """The unit called `name` (inverse of `Unit.name`)."""
-        m = _NAME.match(name)
-        if not m:
-            raise ValueError(f"unit name {name!r} is invalid: allowed 'L<layer>', 'L<layer>.kv<k>', "
-                             "'L<layer>.h<h>' or 'L<layer>.gate<b>'")
-        layer, prefix, index = m.groups()
-        if prefix is None:
-            return cls("layer", int(layer))
-        kind = {v: k for k, v in _PREFIX.items()}[prefix]
-        return cls(kind, int(layer), int(index))
-
-    def __str__(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
                                           write_json)
+from phaseinterp.units import LEVELS
 
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
 mean over a disjoint calibration set (--replacement), on record lookup, and write
@@ -23,7 +24,7 @@ def register(subparsers: Any) -> None:
     add_model_args(p)
     add_task_args(p)
     p.add_argument("--n-calib", type=int, help="calibration examples per residue (default: --n-per-residue)")
-    p.add_argument("--level", choices=["kv_head", "head", "layer"], default="kv_head")
+    p.add_argument("--level", choices=LEVELS, default="kv_head")
     p.add_argument("--replacement", choices=["mean", "zero", "resample"], default="mean")
     p.add_argument("--per-residue", action="store_true", help="mean / resample within the row's residue")
     p.add_argument("--positions", default="final",

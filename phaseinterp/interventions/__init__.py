@@ -15,13 +15,13 @@ from phaseinterp.interventions.pairs import Pairing, mapping_swap, phase_swap
 from phaseinterp.interventions.patching import activation_patching, logit_diff, top_other
 from phaseinterp.interventions.planted import planted_model
 from phaseinterp.interventions.runner import final_logits, run_units
-from phaseinterp.interventions.units import LEVELS, HeadUnit, head_units
+from phaseinterp.units import LEVELS, Unit, head_units
 
 REGISTRY = {"knockout": knockout_map, "patching": activation_patching, "gate_attribution": gate_attribution,
             "gate_cycling": gate_cycling}
 
 __all__ = ["LEVELS", "REGISTRY", "REPLACEMENTS", "Calibration", "CyclingResult", "FinalPositionRun",
-           "GateAttribution", "HeadUnit", "Pairing", "activation_patching", "attribution_patching", "calibrate",
+           "GateAttribution", "Pairing", "Unit", "activation_patching", "attribution_patching", "calibrate",
            "calibrate_cached", "clear_calibrations", "compressors", "cycled_gates", "final_logits", "gate_attribution", "gate_cycling", "gate_override",
            "gate_override_hooks", "head_units", "is_correct", "knockout", "knockout_edit", "knockout_hooks",
            "knockout_logits", "knockout_map", "logit_diff", "mapping_swap", "override_values", "phase_swap",

@@ -3,16 +3,9 @@ bad value and the allowed range (docs/errors.md)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
-
-def check_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
-    """`layers` as a list of ints in [0, n_layers) (None: all layers)."""
-    out = list(range(n_layers)) if layers is None else [int(x) for x in layers]
-    for layer in out:
-        if not 0 <= layer < n_layers:
-            raise ValueError(f"layer={layer} is invalid: allowed 0..{n_layers - 1}")
-    return out
+from phaseinterp.units import check_layers  # layers are units too: written once, in phaseinterp.units
 
 
 def check_at_least_one(name: str, value: Any) -> int:

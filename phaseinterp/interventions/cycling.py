@@ -24,6 +24,7 @@ from phaseinterp.interventions.runner import runnable
 from phaseinterp.measure.sweep import is_backend
 from phaseinterp.model.compressor import map_index
 from phaseinterp.tasks import PhaseBatch
+from phaseinterp.units import Unit
 
 
 def _rollable(comp) -> tuple[bool, bool]:
@@ -77,7 +78,7 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
         warnings.warn(f"gate cycling changes nothing in {skipped} (no offset-specific gate parameters)",
                       UserWarning, stacklevel=3)
     if is_backend(model):  # edits of every call inside the block: nothing changes in place
-        from phaseinterp.backends import CycleGate, Unit  # only with a backend (nnsight) at hand
+        from phaseinterp.backends import CycleGate  # only with a backend (nnsight) at hand
 
         edits = [CycleGate(Unit("gate", layer, _branch_index(model, layer, branch)), delta)
                  for layer, branch, comp in comps if any(_rollable(comp))]

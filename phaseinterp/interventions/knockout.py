@@ -23,11 +23,11 @@ from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
                                               model_device, run_units, runnable, unchanged_units, warn_unchanged)
 from phaseinterp.interventions.stats import CHANGES, accuracy_change
-from phaseinterp.interventions.units import HeadUnit, check_level, head_units, level_size
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.tasks import PhaseBatch
+from phaseinterp.units import Unit, check_level, head_units, level_size
 
 METHODS = ("auto", "incremental", "hooks")
 
@@ -48,11 +48,12 @@ def unit_coords(cfg, level: str) -> list:
     return list(range(level_size(cfg, level))) if level != "layer" else ["all"]
 
 
-def knockout_edit(unit: HeadUnit, values: Float[Tensor, "batch site head d_head"],
-                  sites: Int[Tensor, "batch site"]) -> UnitEdit:
-    """Hook edit setting `z[row, sites[row, s], unit.heads] = values[row, s, unit.heads]` at
-    layer `unit.layer`; use with `run_units` or as `(name, fn)` via `knockout_hooks`."""
-    heads = list(unit.heads)
+def knockout_edit(unit: Unit, values: Float[Tensor, "batch site head d_head"], sites: Int[Tensor, "batch site"],
+                  *, cfg) -> UnitEdit:
+    """Hook edit setting `z[row, sites[row, s], heads] = values[row, s, heads]` at layer
+    `unit.layer`, for the query heads `heads = unit.heads(cfg)` (`cfg`: the model's config); use
+    with `run_units` or as `(name, fn)` via `knockout_hooks`."""
+    heads = list(unit.heads(cfg))
 
     def edit(z: Tensor) -> Tensor:
         rows = torch.arange(z.shape[0], device=z.device)[:, None]
@@ -66,11 +67,11 @@ def knockout_edit(unit: HeadUnit, values: Float[Tensor, "batch site head d_head"
     return {f"blocks.{unit.layer}.attn.hook_z": edit}
 
 
-def knockout_hooks(unit: HeadUnit, values: Float[Tensor, "batch site head d_head"],
-                   sites: Int[Tensor, "batch site"]) -> list[tuple[str, Callable]]:
+def knockout_hooks(unit: Unit, values: Float[Tensor, "batch site head d_head"], sites: Int[Tensor, "batch site"],
+                   *, cfg) -> list[tuple[str, Callable]]:
     """TransformerLens forward hooks for one knockout, e.g. `model.run_with_hooks(tokens,
-    fwd_hooks=knockout_hooks(unit, values, sites))`."""
-    return [(name, lambda x, hook, f=f: f(x)) for name, f in knockout_edit(unit, values, sites).items()]
+    fwd_hooks=knockout_hooks(unit, values, sites, cfg=model.cfg))`."""
+    return [(name, lambda x, hook, f=f: f(x)) for name, f in knockout_edit(unit, values, sites, cfg=cfg).items()]
 
 
 def _calibration(model, calibration, positions, replacement: str, max_rows: int | None = None) -> Calibration | None:
@@ -88,17 +89,12 @@ def _calibration(model, calibration, positions, replacement: str, max_rows: int 
     raise ValueError(f"calibration must be a PhaseBatch, a Calibration or None, got {type(calibration).__name__}")
 
 
-def check_units(model, units: Sequence[HeadUnit]) -> None:
-    """ValueError naming the first unit whose layer or heads the model lacks."""
-    L, H = int(model.cfg.n_layers), int(model.cfg.n_heads)
+def check_units(model, units: Sequence[Unit]) -> None:
+    """ValueError naming the first unit that covers no query heads or that the model lacks."""
     for u in units:
-        if not isinstance(u, HeadUnit):
-            raise ValueError(f"unit {u!r} is invalid: allowed HeadUnit (see interventions.head_units)")
-        if not 0 <= u.layer < L:
-            raise ValueError(f"unit {u.label}: layer={u.layer} is invalid: allowed 0..{L - 1}")
-        bad = [h for h in u.heads if not 0 <= h < H]
-        if bad or not u.heads:
-            raise ValueError(f"unit {u.label}: heads={list(u.heads)} are invalid: allowed 1 or more of 0..{H - 1}")
+        if not isinstance(u, Unit) or u.kind == "gate":
+            raise ValueError(f"unit {u!r} is invalid: allowed a layer, kv_head or head Unit (see head_units)")
+        u.check(model.cfg)
 
 
 def _warn_overlap(batch: PhaseBatch, calibration) -> None:
@@ -111,7 +107,7 @@ def _warn_overlap(batch: PhaseBatch, calibration) -> None:
                           "calibration set (RecordLookup.sample(..., split='calibration'))", UserWarning, stacklevel=3)
 
 
-def knockout_logits(model, batch: PhaseBatch, units: Sequence[HeadUnit], calibration: PhaseBatch | Calibration | None,
+def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration: PhaseBatch | Calibration | None,
                     *, replacement: str = "mean", per_residue: bool = False, positions: Positions = "final",
                     method: str = "auto", seed: int = 0, max_rows: int = 2048
                     ) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"], str]:
@@ -158,11 +154,11 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[HeadUnit], calibra
             for layer in sorted({u.layer for u in units})}
     if method == "incremental":
         run = FinalPositionRun(model, batch.tokens, batch.query_pos)
-        masks = torch.stack([u.mask(cfg.n_heads, dev) for u in units])
+        masks = torch.stack([u.mask(cfg, dev) for u in units])
         values = torch.stack([repl[u.layer][:, 0] for u in units])
         return run.logits, run.run_z([u.layer for u in units], masks, values, max_rows=max_rows), method
     clean = final_logits(model, batch.tokens, batch.query_pos)
-    edits = [knockout_edit(u, repl[u.layer], sites) for u in units]
+    edits = [knockout_edit(u, repl[u.layer], sites, cfg=cfg) for u in units]
     return clean, run_units(model, batch.tokens, batch.query_pos, edits, max_rows=max_rows), method
 
 
@@ -241,7 +237,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     clean_logits, ko_logits, used = knockout_logits(
         model, batch, units, calibration, replacement=replacement, per_residue=per_residue, positions=positions,
         method=method, seed=seed, max_rows=max_rows)
-    warn_unchanged([u.label for u in (units[i] for i in unchanged_units(ko_logits, clean_logits))],
+    warn_unchanged([u.name for u in (units[i] for i in unchanged_units(ko_logits, clean_logits))],
                    f"knockout ({replacement})")
     answers = batch.answers
     clean = is_correct(clean_logits, answers).cpu().numpy()
@@ -298,15 +294,15 @@ def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | N
     if kv_head is not None and head is not None:
         raise ValueError("give kv_head or head, not both")
     level = "kv_head" if kv_head is not None else "head" if head is not None else "layer"
-    index = kv_head if kv_head is not None else head if head is not None else 0
+    index = kv_head if kv_head is not None else head  # None: the whole layer
     units = [u for u in head_units(model.cfg, level, [layer]) if u.index == index]
     if not units:
         raise ValueError(f"{level}={index} is invalid: allowed 0..{level_size(model.cfg, level) - 1}")
     clean, ko, _ = knockout_logits(model, batch, units, calibration, replacement=replacement, per_residue=per_residue,
                                    positions=positions, seed=seed)
-    warn_unchanged([units[0].label] if unchanged_units(ko, clean) else [], f"knockout ({replacement})")
+    warn_unchanged([units[0].name] if unchanged_units(ko, clean) else [], f"knockout ({replacement})")
     correct = is_correct(ko[0], batch.answers).cpu()
     return PhaseCurve.from_correct(correct, batch, n_boot=n_boot, n_perm=200, seed=seed,
-                                   label=f"knockout {units[0].label}",
-                                   config={"knockout": {"unit": units[0].label, "replacement": replacement}})
+                                   label=f"knockout {units[0].name}",
+                                   config={"knockout": {"unit": units[0].name, "replacement": replacement}})
 

@@ -36,7 +36,7 @@ from phaseinterp.interventions.runner import (capture, compressor_names, describ
                                               is_backend, model_device, run_units, runnable, unchanged_units,
                                               warn_unchanged)
 from phaseinterp.interventions.stats import accuracy_change, by_residue
-from phaseinterp.interventions.units import check_level, head_units
+from phaseinterp.units import check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
 
@@ -204,7 +204,7 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
     present = None
     if unit == "z":
         units = head_units(cfg, level, layer_ids)
-        labels = [u.label for u in units]
+        labels = [u.name for u in units]
         layout = (("layer", unit_axis(level)), {"layer": layer_ids, unit_axis(level): unit_coords(cfg, level)})
     elif unit == "resid":
         labels = [f"{l}.{s}" for l in layer_ids for s in positions]
@@ -213,7 +213,7 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
         run = FinalPositionRun(model, corrupt.tokens, corrupt.query_pos)
         src = capture_final(model, clean, unit, layer_ids)
         if unit == "z":
-            masks = torch.stack([u.mask(cfg.n_heads, model_device(model)) for u in units])
+            masks = torch.stack([u.mask(cfg, model_device(model)) for u in units])
             patched = run.run_z([u.layer for u in units], masks, torch.stack([src[u.layer] for u in units]),
                                 max_rows=max_rows)
         else:
@@ -294,7 +294,7 @@ def _z_edits(model, pair: Pairing, units, positions, layer_ids) -> list:
     src_sites = pair.align.gather(1, sites) if pos != "final" else pair.clean.query_pos[:, None]
     acts = capture(model, pair.clean.tokens, [f"blocks.{l}.attn.hook_z" for l in layer_ids], src_sites.to(dev))
     src = {l: acts[f"blocks.{l}.attn.hook_z"] for l in layer_ids}
-    return [knockout_edit(u, src[u.layer], sites) for u in units]
+    return [knockout_edit(u, src[u.layer], sites, cfg=model.cfg) for u in units]
 
 
 def _resid_edits(model, pair: Pairing, sites, layer_ids) -> list:

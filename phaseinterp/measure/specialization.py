@@ -14,6 +14,7 @@ import pandas as pd
 from jaxtyping import Bool, Float, Shaped
 
 from phaseinterp.measure.provenance import dumps, jsonable, versions
+from phaseinterp.units import PREFIX, Unit
 
 BY = ("important", "abs", "neg", "pos")
 
@@ -113,6 +114,24 @@ class SpecializationMap:
         for d in self.dims[:-1]:
             rows = [r + [_unit_part(d, c)] for r in rows for c in self.coords[d]]
         return [".".join(p for p in r if p) for r in rows]
+
+    def units(self) -> list[Unit]:
+        """The `Unit` of each row, for maps over (layer, kv_head | head | heads, ...): their names
+        are `row_labels()`; ValueError for maps whose rows are not units (branches, offsets, sites).
+
+        Example:
+            >>> m = SpecializationMap(np.zeros((2, 1, 4)), ("layer", "kv_head", "residue"),
+            ...                       {"layer": [0, 1], "kv_head": [0], "residue": [0, 1, 2, 3]})
+            >>> [u.name for u in m.units()] == m.row_labels() == ["L0.KV0", "L1.KV0"]
+            True
+        """
+        rows = self.dims[:-1]
+        if rows not in (("layer",), ("layer", "kv_head"), ("layer", "head"), ("layer", "heads")):
+            raise ValueError(f"rows over {list(rows)} are not units: allowed maps over ['layer'] and "
+                             "['layer', 'kv_head' | 'head' | 'heads']")
+        if len(rows) == 1 or rows[1] == "heads":
+            return [Unit("layer", int(l)) for l in self.coords["layer"] for _ in self.coords.get("heads", [None])]
+        return [Unit(rows[1], int(l), int(i)) for l in self.coords["layer"] for i in self.coords[rows[1]]]
 
     def as_2d(self, values: Shaped[np.ndarray, "..."] | None = None) -> Shaped[np.ndarray, "row col"]:
         """Rows = all axes but the last flattened (in `row_labels` order), columns = the last axis."""
@@ -261,7 +280,7 @@ class SpecializationMap:
                 f"<code>phaseinterp.plot.map_figure(map)</code>)</p>{top}</div>")
 
 
-_PREFIX = {"layer": "L", "kv_head": "KV", "head": "H", "offset": "o"}
+_PREFIX = {**{k: PREFIX[k] for k in ("layer", "kv_head", "head")}, "offset": "o"}  # units: `Unit.name`
 
 
 def _unit_part(dim: str, label: Any) -> str:

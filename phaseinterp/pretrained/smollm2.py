@@ -35,6 +35,7 @@ from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.provenance import dumps, versions
 from phaseinterp.pretrained.induction_sweep import compression_settings, induction_correct, layer_screen, sweep_row
 from phaseinterp.tasks.induction import induction_batch, induction_final_batch
+from phaseinterp.units import Unit
 
 OUT = Path(__file__).resolve().parents[2] / "assets" / "results"
 SCREEN_SPEC = KVCompression(8, 8, "mean", "post")
@@ -231,7 +232,7 @@ def markdown(result: dict[str, Any]) -> str:
             v, l_, h_ = vals[li, ki], lo[li, ki], hi[li, ki]
             r = int(np.nanargmin(v))
             sig = [int(x) for x in np.flatnonzero(h_ < 0)]
-            out.append(f"| L{layer}.kv{kv} | {np.nanmean(v):+.1f} | {v[r]:+.1f} {_ci([l_[r], h_[r]])} ({r}) | {sig or 'none'} |")
+            out.append(f"| {Unit('kv_head', layer, kv).name} | {np.nanmean(v):+.1f} | {v[r]:+.1f} {_ci([l_[r], h_[r]])} ({r}) | {sig or 'none'} |")
     out += ["", "Key: value text retrieval was not run: the issue measured 3 of 10 on this model, too weak "
             "to stratify by phase.", ""]
     return "\n".join(out)
