@@ -4,7 +4,8 @@
 (docs/training.md, "The recipe rule"), so a stride that is not in the zoo trains the same way as
 those that are:
 
-- model: Qwen3-style, 2 layers, d_model `WIDTH`, 4 query heads of `D_HEAD`, SwiGLU 3 x d_model,
+- model: Qwen3-style, 2 layers, d_model `WIDTH`, 4 query heads of `D_HEAD` (full attention:
+  `D_HEAD_FULL`), SwiGLU 3 x d_model,
   `kv_heads` KV heads, both layers compressed alike (or full attention), exact local window 16;
 - data: the shared lookup + language mixture (`recipes.MIXTURE`: 64-token rows, haystack cap
   growing from 2 to 10 records over the first 500 steps, half the rows contiguous); evaluation
@@ -37,6 +38,9 @@ from phaseinterp.train.recipes import MIXTURE, TRAIN, VOCAB
 
 WIDTH = 64
 D_HEAD = 64
+#: Full attention keeps the small heads of the shipped `full` model: at d_head 64 one of two seeds
+#: stayed at 29% lookup accuracy for 5000 steps, at 16 the same seed passed 97% by step 650.
+D_HEAD_FULL = 16
 GATE_BIAS_INIT_STD = 2.0
 N_HEADS = 4
 LOCAL_WINDOW = 16
@@ -114,8 +118,8 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                                        rope_dims=DEEPSEEK_CSA.rope_dims if rope else None, local_window=LOCAL_WINDOW)
     comp = None if spec == "full" else spec
     model_cfg = ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=2, n_heads=max(N_HEADS, kv_heads),
-                            n_kv_heads=kv_heads, d_head=D_HEAD, d_mlp=3 * width, n_ctx=512, layers=uniform_schedule(2, spec),
-                            gate_bias_init_std=GATE_BIAS_INIT_STD)
+                            n_kv_heads=kv_heads, d_head=D_HEAD_FULL if comp is None else D_HEAD, d_mlp=3 * width,
+                            n_ctx=512, layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD)
     steps = steps_for(None if comp is None else comp.window)
     mixture = MIXTURE
     tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50)
