@@ -16,7 +16,9 @@ all alike; the result is the median tokens per second of each variant:
 - `compiled` (with --compile): the trainer step with its forward compiled as `TrainConfig(compile=True)`
   does (`loop.compile_forward`: one graph per model).
 
-Reported: speed-up trainer/baseline (target >= 2) and hooked/bypassed (target >= 0.95). One thread.
+Reported: speed-up trainer/baseline (target >= 2) and hooked/bypassed (target >= 0.95), as the ratio
+of the variants' median rates and as the median of the per-round ratios (`paired_median_ratios`;
+the variants of a round run back to back, so the machine's drift between rounds cancels). One thread.
 """
 
 from __future__ import annotations
@@ -124,6 +126,11 @@ def bench(name: str, rounds: int, steps: int, compile: bool) -> dict:
            "ratio_hooked_over_bypassed": med["trainer"] / med["bypassed"]}
     if compile:
         out["speedup_compiled_over_baseline"] = med["compiled"] / med["baseline"]
+    # each round runs every variant back to back: its ratios cancel the machine's drift between rounds
+    paired = lambda a, b: statistics.median(x / y for x, y in zip(rates[a], rates[b]))  # noqa: E731
+    out["paired_median_ratios"] = {"trainer_over_baseline": paired("trainer", "baseline"),
+                                   "hooked_over_bypassed": paired("trainer", "bypassed"),
+                                   **({"compiled_over_baseline": paired("compiled", "baseline")} if compile else {})}
     return out
 
 
@@ -144,6 +151,8 @@ def main() -> None:
         extra = f"  compiled/baseline {res['speedup_compiled_over_baseline']:.2f}" if args.compile else ""
         print(f"{name:16s} tok/s: {rates}  trainer/baseline {res['speedup_trainer_over_baseline']:.2f}  "
               f"hooked/bypassed {res['ratio_hooked_over_bypassed']:.3f}{extra}", flush=True)
+        print(f"{'':16s} per-round ratios (median): " + "  ".join(f"{k} {v:.3f}" for k, v in res["paired_median_ratios"].items()),
+              flush=True)
     out = {"benchmark": "train_throughput", "results": results, "torch_threads": 1,
            "versions": {"phaseinterp": __version__, "torch": torch.__version__, "python": platform.python_version()},
            "machine": platform.machine(), "processor": platform.processor()}
