@@ -65,6 +65,7 @@ def period_of(strides: Iterable[int]) -> int | None:
     strides = tuple(strides)
     return math.lcm(*strides) if strides else None
 
+
 def renamed_keyword(func: str, deprecated: dict[str, Any], old: str, new: str, value: Any, *, default: Any = None) -> Any:
     """The value of keyword `new` of `func`, also accepted under its deprecated name `old`.
 

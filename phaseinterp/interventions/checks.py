@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from phaseinterp.units import check_layers  # layers are units too: written once, in phaseinterp.units
 
 
 def check_at_least_one(name: str, value: Any) -> int:
@@ -22,4 +21,4 @@ def check_position(p: int, seq_len: int) -> int:
     return p
 
 
-__all__ = ["check_at_least_one", "check_layers", "check_position"]
+__all__ = ["check_at_least_one", "check_position"]

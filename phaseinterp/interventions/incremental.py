@@ -18,9 +18,10 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from phaseinterp.interventions.checks import check_at_least_one, check_layers
+from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.runner import final_logits, has_hooks, model_device
 from phaseinterp.model import joint_attention as joint
+from phaseinterp.units import check_layers
 
 KINDS = ("z", "resid_pre")
 

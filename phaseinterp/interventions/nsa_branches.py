@@ -18,7 +18,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from phaseinterp.interventions.checks import check_at_least_one, check_layers
+from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.runner import unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import by_residue, paired_cluster_bootstrap
 from phaseinterp.measure import PhaseCurve, model_period
@@ -26,6 +26,7 @@ from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.model.nsa.attention import BRANCHES  # NSA's branches, in the order of its gates
 from phaseinterp.tasks import PhaseBatch
+from phaseinterp.units import check_layers
 
 POSITIONS = ("all", "final")
 

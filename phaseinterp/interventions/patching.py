@@ -28,7 +28,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.interventions.calibration import check_positions, site_positions
-from phaseinterp.interventions.checks import check_at_least_one, check_layers, check_position
+from phaseinterp.interventions.checks import check_at_least_one, check_position
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.knockout import is_correct, knockout_edit, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
@@ -36,7 +36,7 @@ from phaseinterp.interventions.runner import (capture, compressor_names, describ
                                               is_backend, model_device, run_units, runnable, unchanged_units,
                                               warn_unchanged)
 from phaseinterp.interventions.stats import accuracy_change, by_residue
-from phaseinterp.units import check_level, head_units
+from phaseinterp.units import check_layers, check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
 

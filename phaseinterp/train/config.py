@@ -51,8 +51,8 @@ class TrainConfig:
         device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
         mitigation: training-time mitigations of phase sensitivity (`phaseinterp.train.mitigation`).
         compile: run the forward pass through `torch.compile`, one graph per model (needs a C++
-            compiler on CPU; costs about a minute of compilation, then 1.4-1.5x the steps per second of
-            eager mode on the tiny models, benchmarks/train.py; results match eager mode to float
+            compiler on CPU; costs about a minute of compilation, then 1.7x the steps per second of
+            eager mode on the tiny models, benchmarks/results/train.json; results match eager mode to float
             rounding, not bit for bit). Not with mitigations or HF models.
     """
 

@@ -335,7 +335,8 @@ def adamw_kernel(device: torch.device) -> dict[str, bool]:
 #: Inductor inlines a pointwise value into every kernel that reads it unless it costs more than
 #: this many ops (default 50 on CPU). The rotary tables (pow, cos, sin of the positions) stayed
 #: inlined, so the backward recomputed them for every batch row and head; at 16 they are computed
-#: once. Compiled step on CPU, one run each: 1.16x (W4/S4) and 1.24x (full) faster than the default.
+#: once. Compiled step on CPU, both settings side by side in one process: 1.16x (W4/S4) and 1.24x (full)
+#: faster than the default (docs/training.md, "Benchmark").
 REALIZE_CPU_OPCOUNT = 16
 
 
