@@ -9,7 +9,8 @@ Full attention runs fused SDPA (flash, O(T) memory) unless hooks read its patter
 its peak is compared with the bytes the twin's cached [pos, pos] patterns would hold
 (layers x heads x T x T floats), which at 16k (17 GB) this machine cannot hold.
 Each measurement runs in a fresh subprocess; peak memory is the growth of the process's peak RSS
-during the forward (CPU) or `torch.cuda.max_memory_allocated` (CUDA). On CPU the time is the
+during the forward (CPU) or `torch.cuda.max_memory_allocated` (CUDA); on CPU also the peak of live
+tensor bytes (`tensor_peak_bytes`, from the profiler's allocation events, in a second forward). On CPU the time is the
 process's CPU time (one thread), which other processes on the machine disturb less than wall
 time; the wall time is recorded too. Before the measured forward, a 256-token forward loads kernels
 and code. Peak memory comes from a second process with MALLOC_MMAP_THRESHOLD_=131072, so that its
@@ -75,6 +76,24 @@ def plain_forward(model: HookedCompressedTransformer, tokens: torch.Tensor) -> t
     return _rms(x, model.ln_final.weight, cfg.norm_eps) @ model.W_unembed
 
 
+def tensor_peak_bytes(fn) -> int:
+    """Peak bytes of live CPU tensors while `fn` runs (the CPU counterpart of CUDA's
+    `max_memory_allocated`), replayed from the profiler's allocation events: each op's own
+    allocations at its start, each free at its time. Unlike RSS it does not move with the
+    allocator's heap slack (glibc's top pad and trim threshold, ~0.1-0.6 MB between runs here)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    steps = sorted((e.time_range.start, e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage)
+                   for e in prof.events() if e.name == "[memory]" or e.self_cpu_memory_usage)
+    live = peak = 0
+    for _, delta in steps:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
 def measure(kind: str, seq_len: int, runner: str, device: str, repeats: int) -> dict:
     torch.set_num_threads(1) if device == "cpu" else None
     model = HookedCompressedTransformer(bench_config(kind, seq_len), seed=0).to(device).eval()
@@ -107,7 +126,9 @@ def measure(kind: str, seq_len: int, runner: str, device: str, repeats: int) -> 
             times.append(time.perf_counter() - start)
             cpu_times.append(time.process_time() - cpu_start)
     if not times:  # a memory-only run
-        return {"seconds": None, "wall_seconds": None, "peak_bytes": max(int(peak), 0)}
+        with torch.no_grad():
+            tensors = tensor_peak_bytes(lambda: fn(tokens)) if device == "cpu" else None
+        return {"seconds": None, "wall_seconds": None, "peak_bytes": max(int(peak), 0), "tensor_peak_bytes": tensors}
     seconds = min(times) if device == "cuda" else min(cpu_times)
     return {"seconds": seconds, "wall_seconds": min(times), "peak_bytes": max(int(peak), 0)}
 
@@ -131,7 +152,8 @@ def run_isolated(kind: str, seq_len: int, runner: str, device: str, repeats: int
 
     timed = one(repeats, dict(os.environ))
     if device != "cuda":
-        timed["peak_bytes"] = one(0, {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"})["peak_bytes"]
+        memory = one(0, {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"})
+        timed["peak_bytes"], timed["tensor_peak_bytes"] = memory["peak_bytes"], memory["tensor_peak_bytes"]
     return timed
 
 
@@ -163,6 +185,9 @@ def main() -> None:
             "time_ratio_compressed_vs_full": ratios[len(ratios) // 2],
             "time_ratios_by_round": ratios,
             "memory_ratio_compressed_vs_full": m["compressed", "hooked"]["peak_bytes"] / max(m["full", "hooked"]["peak_bytes"], 1),
+            "tensor_memory_ratio_compressed_vs_full": (
+                m["compressed", "hooked"]["tensor_peak_bytes"] / max(m["full", "hooked"]["tensor_peak_bytes"], 1)
+                if args.device == "cpu" else None),
             "hook_overhead": m["compressed", "hooked"]["seconds"] / m["compressed", "plain"]["seconds"] - 1,
             "compressed_cached": m["compressed", "cached"],
             "full_explicit_pattern_bytes": pattern_bytes(seq_len),

@@ -9,11 +9,14 @@ Kinds: "w8s8" (W8/S8 entries and a 128-token local window in every layer), "csa"
 CSA layout, W8/S4 with 128 local tokens and a sink) and "full" (the twin). The vocabulary is the
 task's (2048 tokens), not Qwen3's 151,936: the unembedding would otherwise dominate a forward and
 say nothing about attention. Per kind, in its own process: one clean forward over the sweep
-batch (the unit of cost), the phase sweep, the knockout map cold (its calibration forward
-included) and warm (the calibration cached by `calibrate_cached`), each as a ratio to the clean
-forward, and the peak memory of the clean forward. With random weights the accuracies are at
-chance: this measures cost, not phase effects. On CPU the time is the process's CPU time on one
-thread; the kinds' ratios to their full twin are in `ratios_vs_full`.
+batch (the unit of cost), the phase sweep, the knockout map with a disjoint calibration batch as
+large as the evaluated one (cold: its calibration forward included) and self-calibrated
+(`calibration="self"`: each row's replacement is the mean over the batch's other logical
+examples, no calibration forward), each as a ratio to the clean forward, and the peak memory of
+the clean forward. `--jobs 2` runs two kinds at once (CPU time is per process; memory adds up).
+With random weights the accuracies are at chance: this measures cost, not phase effects. On CPU
+the time is the process's CPU time on one thread; the kinds' ratios to their full twin are in
+`ratios_vs_full`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import resource
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -116,15 +120,16 @@ def measure(kind: str, seq_len: int, n_per_residue: int, dtype: str, device: str
     sweep_s, curve = clock(lambda: phase_sweep(model, batch, batch_size=len(batch), progress=False, n_boot=n_boot, n_perm=n_boot))
     clear_calibrations()
     cold_s, kmap = clock(lambda: knockout_map(model, batch, calib_batch, n_boot=n_boot))
-    warm_s, _ = clock(lambda: knockout_map(model, batch, calib_batch, n_boot=n_boot))
-    calib_s = cold_s - warm_s  # the calibration forward the warm map skipped
+    self_s, own = clock(lambda: knockout_map(model, batch, "self", n_boot=n_boot))
+    calib_s = cold_s - self_s  # the calibration forward the self-calibrated map does not run
     return {
         "kind": kind, "seq_len": seq_len, "rows": len(batch), "dtype": dtype, "device": device,
         "parameters": sum(p.numel() for p in model.parameters()),
         "seconds": {"clean_forward": clean_s, "phase_sweep": sweep_s, "knockout_map_cold": cold_s,
-                    "knockout_map_warm": warm_s, "calibration": calib_s},
+                    "knockout_map_self": self_s, "calibration": calib_s},
         "ratio_to_clean_forward": {"phase_sweep": sweep_s / clean_s, "knockout_map_cold": cold_s / clean_s,
-                                   "knockout_map_warm": warm_s / clean_s, "calibration": calib_s / clean_s},
+                                   "knockout_map_self": self_s / clean_s, "calibration": calib_s / clean_s},
+        "self_vs_calibration_batch_max_abs_pp": float(abs(own.values - kmap.values).max()),
         "peak_bytes_clean_forward": int(peak),
         "units": int(kmap.values.shape[0] * kmap.values.shape[1]) if kmap.values.ndim == 3 else None,
         "mean_accuracy": float(curve.mean),
@@ -138,7 +143,8 @@ def run_isolated(kind: str, args: argparse.Namespace, seq_len: int) -> dict:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}  # RSS follows live tensors (see attention.py)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if out.returncode != 0:  # e.g. the full twin out of memory at 128k: recorded, not fatal
-        return {"kind": kind, "seq_len": seq_len, "error": out.stderr.strip().splitlines()[-1][:300]}
+        last = out.stderr.strip().splitlines()[-1:] or [f"killed by signal {-out.returncode} (out of memory?)"]
+        return {"kind": kind, "seq_len": seq_len, "error": last[0][:300]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -146,20 +152,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seq-lens", type=int, nargs="+", default=[4096])
     parser.add_argument("--kinds", nargs="+", default=list(SPECS), choices=list(SPECS))
-    parser.add_argument("--n-per-residue", type=int, default=1, help="examples per residue (8 residues)")
+    parser.add_argument("--n-per-residue", type=int, default=2,
+                        help="examples per residue (8 residues; >= 2: the self-calibrated map needs two examples)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n-boot", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="kinds measured at once, one process each (default 1; at T = 4096 with 16 rows one "
+                             "process peaks near 15 GB, so two need about 30 GB)")
     parser.add_argument("--memory-only", action="store_true", help="only the clean forward: time and peak memory")
     parser.add_argument("--out", default="benchmarks/results/scale.json")
     args = parser.parse_args()
-    rows = []
-    for seq_len in args.seq_lens:
-        for kind in args.kinds:
-            row = run_isolated(kind, args, seq_len)
-            rows.append(row)
-            print(json.dumps({k: row.get(k) for k in ("kind", "seq_len", "seconds", "ratio_to_clean_forward",
-                                                       "peak_bytes_clean_forward", "error")}), flush=True)
+    if args.n_per_residue < 2:
+        parser.error(f"--n-per-residue={args.n_per_residue} is invalid: allowed >= 2 (the self-calibrated map "
+                     "averages over the other logical examples)")
+    def one(job: tuple[int, str]) -> dict:
+        row = run_isolated(job[1], args, job[0])
+        print(json.dumps({k: row.get(k) for k in ("kind", "seq_len", "seconds", "ratio_to_clean_forward",
+                                                   "peak_bytes_clean_forward", "error")}), flush=True)
+        return row
+
+    with ThreadPoolExecutor(args.jobs) as pool:  # each job is its own process
+        rows = list(pool.map(one, [(t, kind) for t in args.seq_lens for kind in args.kinds]))
     full = {r["seq_len"]: r for r in rows if r["kind"] == "full" and "error" not in r}
     for r in rows:
         twin = full.get(r["seq_len"])
@@ -168,6 +182,7 @@ def main() -> None:
                 "clean_forward_time": r["seconds"]["clean_forward"] / twin["seconds"]["clean_forward"],
                 "phase_sweep_time": r["seconds"]["phase_sweep"] / twin["seconds"]["phase_sweep"],
                 "knockout_map_cold_time": r["seconds"]["knockout_map_cold"] / twin["seconds"]["knockout_map_cold"],
+                "knockout_map_self_time": r["seconds"]["knockout_map_self"] / twin["seconds"]["knockout_map_self"],
                 "peak_memory": r["peak_bytes_clean_forward"] / max(twin["peak_bytes_clean_forward"], 1),
             }
     result = {"benchmark": "scale", "device": args.device, "dtype": args.dtype, "torch": torch.__version__,

@@ -13,5 +13,5 @@ DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-benchmarks/results/scale_gpu.json}
 export OMP_NUM_THREADS=1
 # shellcheck disable=SC2086
-python benchmarks/scale.py --device "$DEVICE" --dtype bfloat16 --seq-lens $SEQ_LENS --n-per-residue 1 --out "$OUT"
+python benchmarks/scale.py --device "$DEVICE" --dtype bfloat16 --seq-lens $SEQ_LENS --n-per-residue 2 --out "$OUT"
 echo "results: $OUT"

@@ -38,6 +38,18 @@ def test_knockout_command_reports_the_planted_owners(checkpoint, tmp_path, capsy
     assert "coverage" in capsys.readouterr().out
 
 
+def test_self_calibrated_knockout_command_finds_the_same_owners(checkpoint, tmp_path, capsys):
+    out = tmp_path / "self"
+    assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--n-boot", "50", "--self-calibration",
+                 "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["coverage"] == {"L0.KV0": [0], "L0.KV1": [2]}
+    assert SpecializationMap.load(out / "knockout_map.json").meta["calibration"]["kind"] == "self"
+    assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--self-calibration", "--n-calib", "4",
+                 "--out", str(tmp_path / "both")]) == 2
+    assert "--n-calib and --self-calibration" in capsys.readouterr().err
+
+
 def test_gates_command_reports_statistics_cycling_attribution_and_dynamics(checkpoint, tmp_path):
     out = tmp_path / "gates"
     assert main(["gates", str(checkpoint), *SMALL, "--deltas", "1", "--dynamics", str(checkpoint), "--out", str(out)]) == 0

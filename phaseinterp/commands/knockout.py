@@ -24,6 +24,9 @@ def register(subparsers: Any) -> None:
     add_model_args(p)
     add_task_args(p)
     p.add_argument("--n-calib", type=int, help="calibration examples per residue (default: --n-per-residue)")
+    p.add_argument("--self-calibration", action="store_true",
+                   help="no calibration batch: replace each row's z by its mean over the evaluated batch's other "
+                        "logical examples (no calibration forward; needs --n-per-residue >= 2; --replacement mean)")
     p.add_argument("--level", choices=LEVELS, default="kv_head")
     p.add_argument("--replacement", choices=["mean", "zero", "resample"], default="mean")
     p.add_argument("--per-residue", action="store_true", help="mean / resample within the row's residue")
@@ -78,7 +81,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     model = load_model(args)
     task, modulus = make_task(args, model)
     batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
-    calib = task.sample(args.n_calib or args.n_per_residue, modulus, seed=args.task_seed, split="calibration")
+    if getattr(args, "self_calibration", False) and args.n_calib is not None:
+        raise ValueError("--n-calib and --self-calibration exclude each other: --self-calibration samples no calibration batch")
+    calib = ("self" if getattr(args, "self_calibration", False) else
+             task.sample(args.n_calib or args.n_per_residue, modulus, seed=args.task_seed, split="calibration"))
     smap = knockout_map(model, batch, calib, level=args.level, replacement=args.replacement,
                         per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
                         n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),

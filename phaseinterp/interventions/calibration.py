@@ -19,6 +19,9 @@ from phaseinterp.tasks import PhaseBatch
 
 REPLACEMENTS = ("mean", "zero", "resample")
 Positions = Union[str, Sequence[int]]
+#: `calibration=SELF`: each evaluated row's replacement is the mean over the other logical examples
+#: of the evaluated batch (no calibration forward).
+SELF = "self"
 
 
 def check_positions(positions: Positions, seq_len: int) -> str | tuple[int, ...]:
@@ -152,6 +155,38 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
         chunks.append(torch.stack([acts[n] for n in names], 1))
     meta = {k: batch.meta[k] for k in ("task", "split", "seed", "config", "protocol") if k in batch.meta}
     return Calibration(torch.cat(chunks), batch.residue.to(dev), batch.modulus, pos, {**meta, "rows": len(batch)})
+
+
+def leave_one_example_out(calib: Calibration, layer: int, example_id: Int[Tensor, " row"], *,
+                          per_residue: bool = False) -> Float[Tensor, "row site head d_head"]:
+    """Per row of the calibration batch itself: the mean of `layer`'s z over the rows of every
+    *other* logical example (within the row's residue with `per_residue`). A logical example is one
+    key->value mapping rendered at every residue, so no row's replacement holds its own records.
+    Computed in float32, returned in the calibration's dtype.
+
+    Raises:
+        ValueError: if a row has no other example to average (fewer than two examples, or, with
+            `per_residue`, a residue with one example).
+    """
+    if not 0 <= layer < calib.z.shape[1]:
+        raise ValueError(f"layer={layer} is invalid: allowed 0..{calib.z.shape[1] - 1}")
+    z = calib.z[:, layer].float()
+    ex = torch.unique(example_id.to(z.device), return_inverse=True)[1]
+    key = calib.residue.to(z.device) if per_residue else torch.zeros_like(ex)
+    n_key = int(key.max()) + 1
+    cell = ex * n_key + key  # (example, residue group) of each row
+    flat = z.reshape(len(z), -1)
+    group_sum = torch.zeros(n_key, flat.shape[1], device=z.device).index_add_(0, key, flat)
+    cell_sum = torch.zeros(int(cell.max()) + 1, flat.shape[1], device=z.device).index_add_(0, cell, flat)
+    group_n = torch.bincount(key, minlength=n_key)
+    cell_n = torch.bincount(cell)
+    others = group_n[key] - cell_n[cell]
+    if (others == 0).any():
+        where = f" at residue {int(key[others == 0][0])}" if per_residue else ""
+        raise ValueError(f"calibration='self' needs at least two logical examples{where} in the evaluated batch "
+                         f"(found {int(ex.max()) + 1}): sample more per residue or pass a calibration batch")
+    out = (group_sum[key] - cell_sum[cell]) / others[:, None]
+    return out.reshape(z.shape).to(calib.z.dtype)
 
 
 def check_calibration(calib: Calibration, model) -> None:

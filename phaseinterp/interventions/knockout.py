@@ -16,8 +16,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from phaseinterp.interventions.calibration import (REPLACEMENTS, Calibration, Positions, calibrate_cached,
-                                                   check_calibration, check_positions, site_positions)
+from phaseinterp.interventions.calibration import (REPLACEMENTS, SELF, Calibration, Positions, calibrate_cached,
+                                                   check_calibration, check_positions, leave_one_example_out,
+                                                   site_positions)
 from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
@@ -74,7 +75,7 @@ def knockout_hooks(unit: Unit, values: Float[Tensor, "batch site head d_head"], 
     return [(name, lambda x, hook, f=f: f(x)) for name, f in knockout_edit(unit, values, sites, cfg=cfg).items()]
 
 
-def _calibration(model, calibration, positions, replacement: str, max_rows: int | None = None) -> Calibration | None:
+def _calibration(model, calibration, positions, replacement: str, max_rows: int | None = None) -> Calibration | str | None:
     if isinstance(calibration, Calibration):
         if calibration.positions != positions:
             raise ValueError(f"calibration was taken at positions={calibration.positions!r}, knockout asks for {positions!r}")
@@ -82,11 +83,17 @@ def _calibration(model, calibration, positions, replacement: str, max_rows: int 
         return calibration
     if isinstance(calibration, PhaseBatch):
         return calibrate_cached(model, calibration, positions, max_rows=max_rows)
+    if isinstance(calibration, str) and calibration == SELF:
+        if replacement == "resample":
+            raise ValueError("calibration='self' is invalid with replacement='resample': allowed replacement 'mean' "
+                             "(or 'zero'), or pass a calibration batch")
+        return None if replacement == "zero" else calibration
     if calibration is None:
         if replacement != "zero":
             raise ValueError(f"replacement={replacement!r} needs a calibration batch (or use replacement='zero')")
         return None
-    raise ValueError(f"calibration must be a PhaseBatch, a Calibration or None, got {type(calibration).__name__}")
+    given = repr(calibration) if isinstance(calibration, str) else f"<{type(calibration).__name__}>"
+    raise ValueError(f"calibration={given} is invalid: allowed a PhaseBatch, a Calibration, 'self' or None")
 
 
 def check_units(model, units: Sequence[Unit]) -> None:
@@ -107,7 +114,7 @@ def _warn_overlap(batch: PhaseBatch, calibration) -> None:
                           "calibration set (RecordLookup.sample(..., split='calibration'))", UserWarning, stacklevel=3)
 
 
-def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration: PhaseBatch | Calibration | None,
+def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration: PhaseBatch | Calibration | str | None,
                     *, replacement: str = "mean", per_residue: bool = False, positions: Positions = "final",
                     method: str = "auto", seed: int = 0, max_rows: int = 2048
                     ) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"], str]:
@@ -140,6 +147,12 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
                          f"hooks attached; got positions={positions!r} on {describe(model)} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
     calib = _calibration(model, calibration, pos, replacement, max_rows)
+    own = isinstance(calib, str)  # SELF
+    run = FinalPositionRun(model, batch.tokens, batch.query_pos) if method == "incremental" else None
+    if own:  # the evaluated rows' own clean z: free on the incremental path, one capture forward otherwise
+        calib = (calibrate_cached(model, batch, pos, max_rows=max_rows) if run is None else
+                 Calibration(torch.stack([run.base_z(m) for m in range(len(model.blocks))], 1)[:, :, None],
+                             batch.residue.to(model_device(model)), batch.modulus, pos))
     if calib is not None and per_residue and calib.modulus != batch.modulus:
         raise ValueError(f"calibration modulus {calib.modulus} is invalid for per-residue replacement: "
                          f"allowed the batch's modulus {batch.modulus}")
@@ -149,11 +162,11 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
     sites = site_positions(pos, batch.query_pos.to(dev), T)
     cfg = model.cfg
     zeros = lambda: torch.zeros(len(batch), sites.shape[1], cfg.n_heads, cfg.d_head, device=dev)  # noqa: E731
-    repl = {layer: (zeros() if calib is None else calib.replacement(replacement, layer, batch.residue.to(dev),
-                                                                    per_residue=per_residue, seed=seed))
+    repl = {layer: (zeros() if calib is None else
+                    leave_one_example_out(calib, layer, batch.example_id, per_residue=per_residue) if own else
+                    calib.replacement(replacement, layer, batch.residue.to(dev), per_residue=per_residue, seed=seed))
             for layer in sorted({u.layer for u in units})}
-    if method == "incremental":
-        run = FinalPositionRun(model, batch.tokens, batch.query_pos)
+    if run is not None:
         masks = torch.stack([u.mask(cfg, dev) for u in units])
         values = torch.stack([repl[u.layer][:, 0] for u in units])
         return run.logits, run.run_z([u.layer for u in units], masks, values, max_rows=max_rows), method
@@ -168,7 +181,7 @@ def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor,
     return (logits.argmax(-1)[..., None] == answers.to(logits.device)).any(-1)
 
 
-def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | None = None, *,
+def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None = None, *,
                  level: str = "kv_head", replacement: str = "mean", per_residue: bool = False,
                  positions: Positions = "final", layers: Sequence[int] | None = None, method: str = "auto",
                  n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, max_rows: int = 2048,
@@ -193,6 +206,11 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
             HuggingFace causal LM (wrapped with `backend_for`). Same protocol, same statistics.
         batch: evaluated prompts (PhaseBatch).
         calibration: disjoint calibration prompts (or a `Calibration`); not needed for "zero".
+            "self": no calibration batch; each row's replacement is the mean over the evaluated
+            batch's *other* logical examples (their key->value mappings are disjoint from the
+            row's; per residue with `per_residue`). With the incremental method it costs no
+            forward pass (the clean run has the activations); needs >= 2 examples (per residue).
+            replacement "mean" only.
         level: "kv_head" (default), "head" or "layer".
         replacement: "mean" (default), "zero" or "resample".
         per_residue: mean / resample within the row's residue.
@@ -274,11 +292,12 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
                                                "per_residue": per_residue, "positions": positions, "method": used,
                                                "engine": "nnsight" if is_backend(model) else "transformer_lens"},
               "model": model_config(model), "task": batch.meta,
-              "calibration": getattr(calibration, "meta", None) if calibration is not None else None,
+              "calibration": ({"kind": SELF, "rule": "leave-one-example-out mean of the evaluated batch"}
+                              if isinstance(calibration, str) else getattr(calibration, "meta", None)),
               "seed": seed, "n_boot": n_boot, "confidence": confidence, "versions": versions()})
 
 
-def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | None, *, layer: int,
+def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None, *, layer: int,
              kv_head: int | None = None, head: int | None = None, replacement: str = "mean",
              per_residue: bool = False, positions: Positions = "final", seed: int = 0, n_boot: int = 2000
              ) -> PhaseCurve:
