@@ -10,11 +10,12 @@ its peak is compared with the bytes the twin's cached [pos, pos] patterns would 
 (layers x heads x T x T floats), which at 16k (17 GB) this machine cannot hold.
 Each measurement runs in a fresh subprocess; peak memory is the growth of the process's peak RSS
 during the forward (CPU) or `torch.cuda.max_memory_allocated` (CUDA); on CPU also the peak of live
-tensor bytes (`tensor_peak_bytes`, from the profiler's allocation events, in a second forward). On CPU the time is the
-process's CPU time (one thread), which other processes on the machine disturb less than wall
-time; the wall time is recorded too. Before the measured forward, a 256-token forward loads kernels
-and code. Peak memory comes from a second process with MALLOC_MMAP_THRESHOLD_=131072, so that its
-RSS follows the live tensors (that setting would slow allocations in the timed process).
+tensor bytes (`tensor_peak_bytes`, from the profiler's allocation events, in a second forward).
+On CPU the time is the process's CPU time (one thread), which other processes on the machine
+disturb less than wall time; the wall time is recorded too. Before the measured forward, a
+256-token forward loads kernels and code. Peak memory comes from a second process with
+MALLOC_MMAP_THRESHOLD_=131072, so that its RSS follows the live tensors (that setting would slow
+allocations in the timed process).
 """
 
 from __future__ import annotations

@@ -158,14 +158,15 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n-boot", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=1,
-                        help="kinds measured at once, one process each (default 1; at T = 4096 with 16 rows one "
-                             "process peaks near 15 GB, so two need about 30 GB)")
+                        help="kinds measured at once, one process each (default 1; at T = 4096 with 16 rows the "
+                             "full twin's process reached ~21 GB of RSS and W8/S8's ~9 GB)")
     parser.add_argument("--memory-only", action="store_true", help="only the clean forward: time and peak memory")
     parser.add_argument("--out", default="benchmarks/results/scale.json")
     args = parser.parse_args()
     if args.n_per_residue < 2:
         parser.error(f"--n-per-residue={args.n_per_residue} is invalid: allowed >= 2 (the self-calibrated map "
                      "averages over the other logical examples)")
+
     def one(job: tuple[int, str]) -> dict:
         row = run_isolated(job[1], args, job[0])
         print(json.dumps({k: row.get(k) for k in ("kind", "seq_len", "seconds", "ratio_to_clean_forward",

@@ -147,17 +147,17 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
                          f"hooks attached; got positions={positions!r} on {describe(model)} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
     calib = _calibration(model, calibration, pos, replacement, max_rows)
-    own = isinstance(calib, str)  # SELF
+    own = isinstance(calib, str)  # SELF: the batch calibrates itself, so its modulus and sites match
+    if not own and calib is not None and per_residue and calib.modulus != batch.modulus:
+        raise ValueError(f"calibration modulus {calib.modulus} is invalid for per-residue replacement: "
+                         f"allowed the batch's modulus {batch.modulus}")
+    if not own and calib is not None and calib.z.shape[2] != site_positions(pos, batch.query_pos, T).shape[1]:
+        raise ValueError("calibration sites do not match the batch's (positions='all' needs equal sequence lengths)")
     run = FinalPositionRun(model, batch.tokens, batch.query_pos) if method == "incremental" else None
     if own:  # the evaluated rows' own clean z: free on the incremental path, one capture forward otherwise
         calib = (calibrate_cached(model, batch, pos, max_rows=max_rows) if run is None else
                  Calibration(torch.stack([run.base_z(m) for m in range(len(model.blocks))], 1)[:, :, None],
                              batch.residue.to(model_device(model)), batch.modulus, pos))
-    if calib is not None and per_residue and calib.modulus != batch.modulus:
-        raise ValueError(f"calibration modulus {calib.modulus} is invalid for per-residue replacement: "
-                         f"allowed the batch's modulus {batch.modulus}")
-    if calib is not None and calib.z.shape[2] != site_positions(pos, batch.query_pos, T).shape[1]:
-        raise ValueError("calibration sites do not match the batch's (positions='all' needs equal sequence lengths)")
     dev = model_device(model)
     sites = site_positions(pos, batch.query_pos.to(dev), T)
     cfg = model.cfg
