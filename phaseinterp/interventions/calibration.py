@@ -58,6 +58,9 @@ class Calibration:
         residue: residue of each calibration row. modulus: R.
         positions: "final", "all" or the absolute positions the sites stand for.
         meta: the calibration batch's task metadata (split, seed, config).
+        example_id: set when the calibration rows *are* the evaluated rows (`calibration="self"`):
+            then "mean" gives each row the mean over the other logical examples
+            (`mean_over_other_examples`), never its own activations.
     """
 
     z: Float[Tensor, "row layer site head d_head"]
@@ -65,6 +68,7 @@ class Calibration:
     modulus: int
     positions: Any
     meta: dict[str, Any] = field(default_factory=dict)
+    example_id: Int[Tensor, " row"] | None = None
 
     def mean(self) -> Float[Tensor, "layer site head d_head"]:
         return self.z.mean(0)
@@ -98,10 +102,42 @@ class Calibration:
         if per_residue and int(residue.max()) >= self.modulus:
             raise ValueError(f"residue {int(residue.max())} out of range for calibration modulus {self.modulus}")
         if kind == "mean":
+            if self.example_id is not None:  # rows are the evaluated rows: `residue` is theirs
+                return self.mean_over_other_examples(layer, per_residue=per_residue)
             if per_residue:
                 return self.mean_by_residue()[residue.to(self.z.device), layer]
             return self.mean()[layer].expand(B, *self.z.shape[2:])
         return self.z[self.resample_index(residue, per_residue, seed).to(self.z.device), layer]
+
+    def mean_over_other_examples(self, layer: int, *, per_residue: bool = False) -> Float[Tensor, "row site head d_head"]:
+        """Per row: the mean of `layer`'s z over the rows of every *other* logical example
+        (`example_id`; within the row's residue with `per_residue`). A logical example is one
+        key->value mapping rendered at every residue, so no row's replacement holds its own
+        records. Computed in float32, returned in the calibration's dtype.
+
+        Raises:
+            ValueError: if a row has no other example to average (fewer than two examples, or, with
+                `per_residue`, a residue with one example).
+        """
+        if self.example_id is None:
+            raise ValueError("mean_over_other_examples needs the rows' example_id (a calibration='self' calibration)")
+        if not 0 <= layer < self.z.shape[1]:
+            raise ValueError(f"layer={layer} is invalid: allowed 0..{self.z.shape[1] - 1}")
+        z = self.z[:, layer].float()
+        ex = torch.unique(self.example_id.to(z.device), return_inverse=True)[1]
+        key = self.residue.to(z.device) if per_residue else torch.zeros_like(ex)
+        n_key = int(key.max()) + 1
+        cell = ex * n_key + key  # (example, residue group) of each row
+        flat = z.reshape(len(z), -1)
+        group_sum = torch.zeros(n_key, flat.shape[1], device=z.device).index_add_(0, key, flat)
+        cell_sum = torch.zeros(int(cell.max()) + 1, flat.shape[1], device=z.device).index_add_(0, cell, flat)
+        others = torch.bincount(key, minlength=n_key)[key] - torch.bincount(cell)[cell]
+        if (others == 0).any():
+            where = f" at residue {int(key[others == 0][0])}" if per_residue else ""
+            raise ValueError(f"calibration='self' needs at least two logical examples{where} in the evaluated batch "
+                             f"(found {int(ex.max()) + 1}): sample more per residue or pass a calibration batch")
+        out = (group_sum[key] - cell_sum[cell]) / others[:, None]
+        return out.reshape(z.shape).to(self.z.dtype)
 
     def resample_index(self, residue: Int[Tensor, " batch"], per_residue: bool, seed: int) -> Int[Tensor, " batch"]:
         rng = np.random.default_rng(seed)
@@ -155,38 +191,6 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
         chunks.append(torch.stack([acts[n] for n in names], 1))
     meta = {k: batch.meta[k] for k in ("task", "split", "seed", "config", "protocol") if k in batch.meta}
     return Calibration(torch.cat(chunks), batch.residue.to(dev), batch.modulus, pos, {**meta, "rows": len(batch)})
-
-
-def leave_one_example_out(calib: Calibration, layer: int, example_id: Int[Tensor, " row"], *,
-                          per_residue: bool = False) -> Float[Tensor, "row site head d_head"]:
-    """Per row of the calibration batch itself: the mean of `layer`'s z over the rows of every
-    *other* logical example (within the row's residue with `per_residue`). A logical example is one
-    key->value mapping rendered at every residue, so no row's replacement holds its own records.
-    Computed in float32, returned in the calibration's dtype.
-
-    Raises:
-        ValueError: if a row has no other example to average (fewer than two examples, or, with
-            `per_residue`, a residue with one example).
-    """
-    if not 0 <= layer < calib.z.shape[1]:
-        raise ValueError(f"layer={layer} is invalid: allowed 0..{calib.z.shape[1] - 1}")
-    z = calib.z[:, layer].float()
-    ex = torch.unique(example_id.to(z.device), return_inverse=True)[1]
-    key = calib.residue.to(z.device) if per_residue else torch.zeros_like(ex)
-    n_key = int(key.max()) + 1
-    cell = ex * n_key + key  # (example, residue group) of each row
-    flat = z.reshape(len(z), -1)
-    group_sum = torch.zeros(n_key, flat.shape[1], device=z.device).index_add_(0, key, flat)
-    cell_sum = torch.zeros(int(cell.max()) + 1, flat.shape[1], device=z.device).index_add_(0, cell, flat)
-    group_n = torch.bincount(key, minlength=n_key)
-    cell_n = torch.bincount(cell)
-    others = group_n[key] - cell_n[cell]
-    if (others == 0).any():
-        where = f" at residue {int(key[others == 0][0])}" if per_residue else ""
-        raise ValueError(f"calibration='self' needs at least two logical examples{where} in the evaluated batch "
-                         f"(found {int(ex.max()) + 1}): sample more per residue or pass a calibration batch")
-    out = (group_sum[key] - cell_sum[cell]) / others[:, None]
-    return out.reshape(z.shape).to(calib.z.dtype)
 
 
 def check_calibration(calib: Calibration, model) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 
-
 def check_at_least_one(name: str, value: Any) -> int:
     """Row budgets and replicate counts (`max_rows`, `n_boot`): integers >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

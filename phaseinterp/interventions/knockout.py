@@ -9,6 +9,7 @@ they differ."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import numpy as np
@@ -17,8 +18,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.interventions.calibration import (REPLACEMENTS, SELF, Calibration, Positions, calibrate_cached,
-                                                   check_calibration, check_positions, leave_one_example_out,
-                                                   site_positions)
+                                                   check_calibration, check_positions, site_positions)
 from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
@@ -155,16 +155,16 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
         raise ValueError("calibration sites do not match the batch's (positions='all' needs equal sequence lengths)")
     run = FinalPositionRun(model, batch.tokens, batch.query_pos) if method == "incremental" else None
     if own:  # the evaluated rows' own clean z: free on the incremental path, one capture forward otherwise
-        calib = (calibrate_cached(model, batch, pos, max_rows=max_rows) if run is None else
-                 Calibration(torch.stack([run.base_z(m) for m in range(len(model.blocks))], 1)[:, :, None],
-                             batch.residue.to(model_device(model)), batch.modulus, pos))
+        rows = (calibrate_cached(model, batch, pos, max_rows=max_rows) if run is None else
+                Calibration(torch.stack([run.base_z(m) for m in range(len(model.blocks))], 1)[:, :, None],
+                            batch.residue.to(model_device(model)), batch.modulus, pos))
+        calib = dataclasses.replace(rows, example_id=batch.example_id)
     dev = model_device(model)
     sites = site_positions(pos, batch.query_pos.to(dev), T)
     cfg = model.cfg
     zeros = lambda: torch.zeros(len(batch), sites.shape[1], cfg.n_heads, cfg.d_head, device=dev)  # noqa: E731
-    repl = {layer: (zeros() if calib is None else
-                    leave_one_example_out(calib, layer, batch.example_id, per_residue=per_residue) if own else
-                    calib.replacement(replacement, layer, batch.residue.to(dev), per_residue=per_residue, seed=seed))
+    repl = {layer: (zeros() if calib is None else calib.replacement(replacement, layer, batch.residue.to(dev),
+                                                                    per_residue=per_residue, seed=seed))
             for layer in sorted({u.layer for u in units})}
     if run is not None:
         masks = torch.stack([u.mask(cfg, dev) for u in units])
