@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -15,7 +16,8 @@ from phaseinterp.tasks import RecordLookup
 from phaseinterp.train import Mixture, make_batch
 from phaseinterp.train.data import IGNORE
 from phaseinterp.train.loop import batch_sums
-from phaseinterp.train.zoo import ZOO, period, rule_recipe, zoo_name, zoo_recipe
+from phaseinterp.train.recipes import MIXTURE
+from phaseinterp.train.zoo import ALIGNED_STEPS, ZOO, period, rule_recipe, table_period, zoo_name, zoo_recipe
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
@@ -45,6 +47,24 @@ def test_the_rule_builds_what_was_asked():
     assert (full.d_head, cfg.d_head) == (16, 64)  # full attention keeps small heads (docs/training.md)
     csa, _ = rule_recipe(layout="deepseek-csa")
     assert csa.compression(0).layout == "deepseek-csa" and csa.compression(0).gate == "vector"
+
+
+def test_the_rule_starts_large_windows_and_uniform_gates_phase_aligned_at_a_seed_drawn_phase():
+    for window, gate, modulus in ((12, "scalar", 24), (16, "scalar", 32), (8, "uniform", 16)):
+        phases = set()
+        for seed in (0, 1, 2):
+            mix = rule_recipe(window, window, gate=gate, seed=seed)[1].mixture
+            assert (mix.aligned_steps, mix.aligned_modulus) == (ALIGNED_STEPS, modulus) == (2000, table_period(window))
+            phases.add(mix.aligned_phase)
+            assert rule_recipe(window, window, gate=gate, seed=seed, aligned=False)[1].mixture == MIXTURE
+        assert len(phases) > 1  # the phase follows the seed
+    for kwargs in ({"window": 8, "stride": 8}, {"window": 8, "stride": 8, "gate": "vector"}, {"window": 8, "stride": 4},
+                   {"layout": "deepseek-csa"}, {"layout": "full"}):
+        assert rule_recipe(**kwargs)[1].mixture == MIXTURE  # smaller windows learn without it
+    w8 = rule_recipe(8, 8, seed=1, aligned=True)[1].mixture
+    assert (w8.aligned_steps, w8.aligned_modulus) == (2000, 16)
+    with pytest.raises(ValueError, match=re.escape("aligned=True is invalid for layout='full'")):
+        rule_recipe(layout="full", aligned=True)
 
 
 def test_the_larger_zoo_changes_width_and_kv_heads_only():
@@ -94,6 +114,27 @@ def test_sparse_start_ramps_contiguous_rows_and_is_off_by_default():
         Mixture(sparse_start=1)
 
 
+def _target_key_positions(batch) -> np.ndarray:
+    tok, rows = batch.tokens.numpy(), np.flatnonzero(batch.query.numpy().any(1))
+    return np.array([int(np.flatnonzero(tok[r, :-1] == tok[r, -1])[0]) for r in rows])
+
+
+def test_aligned_start_puts_every_target_key_at_one_phase_then_lets_go():
+    mix = Mixture(vocab_size=256, seq_len=64, aligned_steps=100, aligned_modulus=24, aligned_phase=17)
+    assert mix.aligned_at(0) == mix.aligned_at(99) == (24, 17) and mix.aligned_at(100) is None
+    for step in (0, 99):
+        assert set(_target_key_positions(make_batch(mix, 3, step, 256)) % 24) == {17}
+    after = np.bincount(_target_key_positions(make_batch(mix, 3, 100, 2048)) % 24, minlength=24)
+    assert after.min() > 0.5 * after.mean()  # uniform again (expected ~77 per phase)
+    plain = Mixture(vocab_size=256, seq_len=64)
+    assert plain.aligned_at(0) is None and make_batch(plain, 3, 0, 8).tokens.equal(
+        make_batch(dataclasses.replace(plain, aligned_modulus=24, aligned_phase=5), 3, 0, 8).tokens)
+    with pytest.raises(ValueError, match=re.escape("aligned_phase=24 is invalid: allowed an integer >= 0 and <= 23")):
+        Mixture(aligned_modulus=24, aligned_phase=24)
+    with pytest.raises(ValueError, match=re.escape("aligned_steps=-1 is invalid: allowed an integer >= 0")):
+        Mixture(aligned_steps=-1)
+
+
 def test_logits_at_marked_positions_equal_the_full_forward_there():
     cfg, tcfg = rule_recipe(4, 4)
     model = HookedCompressedTransformer(cfg.replace(d_model=32, d_head=8, d_mlp=48), seed=0).eval()
@@ -122,6 +163,19 @@ def test_cli_recipe_rule_trains_a_stride_outside_the_zoo_and_cards_it_by_its_per
     assert card["phase_curve"]["learned"] is False  # 3 steps: nothing retrieved
 
 
+def test_cli_aligned_start_overrides_the_rule_and_names_the_run(tmp_path):
+    def card(*extra):
+        out = tmp_path / "-".join(extra)
+        assert main(["train", "--recipe", "rule", *extra, "--steps", "2", "--out", str(out), "--no-progress",
+                     "--eval-examples", "1"]) == 0
+        c = json.loads((out / "card.json").read_text())
+        return c["train_config"]["mixture"]["aligned_steps"], c["name"]
+
+    assert card("--window", "12", "--stride", "12") == (2000, "rule-w12s12-s0")
+    assert card("--window", "12", "--stride", "12", "--no-aligned-start") == (0, "rule-w12s12-unaligned-s0")
+    assert card("--window", "4", "--stride", "4", "--aligned-start") == (2000, "rule-w4s4-aligned-s0")
+
+
 def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     base = ["train", "--out", str(tmp_path / "x"), "--no-progress"]
     assert main([*base, "--recipe", "zoo"]) == 2
@@ -131,7 +185,7 @@ def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     assert main([*base, "--preset", "w4s4", "--window", "8", "--no-rope"]) == 2
     assert "--window --no-rope apply only with --recipe rule" in capsys.readouterr().err
     assert main([*base, "--recipe", "zoo", "--member", "w8s8", "--window", "4"]) == 2
-    assert "--window/--stride/--gate/--no-rope/--layout are for --recipe rule" in capsys.readouterr().err
+    assert "--window/--stride/--gate/--no-rope/--layout/--aligned-start are for --recipe rule" in capsys.readouterr().err
     assert main([*base, "--preset", "w4s4", "--width", "128"]) == 2
     assert "--width apply only with --recipe rule" in capsys.readouterr().err
 
@@ -163,6 +217,31 @@ def test_zoo_table_reports_a_run_that_did_not_learn_with_its_budget(tmp_path):
     text = (tmp_path / "results" / "zoo.md").read_text()
     assert "| w4s4 | W4/S4 scalar | 1 | 0 | prefix | 8 | 2 " in text and "**no** (final loss" in text
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["zoo.csv", "zoo.json", "zoo.md"]
+
+
+def test_zoo_table_only_resweeps_the_named_cards_and_keeps_the_other_rows(tmp_path):
+    from phaseinterp.train.zoo_table import run
+
+    zoo, results = tmp_path / "zoo", tmp_path / "results"
+    for name, extra in (("zoo-w4s4-s0", []), ("zoo-w12s12-s0", ["--window", "12", "--stride", "12"])):
+        shape = extra or ["--window", "4", "--stride", "4"]
+        assert main(["train", "--recipe", "rule", *shape, "--steps", "2", "--out", str(tmp_path / name), "--no-progress",
+                     "--eval-examples", "1", "--ship", str(zoo), "--name", name]) == 0
+    sweep = {"n_per_residue": 2, "n_boot": 10, "n_perm": 10, "protocols": ("prefix",)}
+    first = run(zoo, results, **sweep)
+    assert [r["aligned_start"] for r in first] == [{"steps": 2000, "modulus": 24, "phase": rule_recipe(12, 12)[1].mixture.aligned_phase}, None]
+    assert ", first 2000 at r = " in (results / "zoo.md").read_text()
+    table = json.loads((results / "zoo.json").read_text())
+    table["rows"][1]["mean"] = 0.5  # a marker: kept rows are copied, not re-swept
+    (results / "zoo.json").write_text(json.dumps(table))
+    again = run(zoo, results, **sweep, only=["zoo-w12s12-s0"])
+    assert again[1]["mean"] == 0.5 and again[0]["accuracy"] == first[0]["accuracy"]
+    with pytest.raises(ValueError, match=re.escape("--only zoo-w9s9-s0: no such card; allowed ['zoo-w12s12-s0', 'zoo-w4s4-s0']")):
+        run(zoo, results, **sweep, only=["zoo-w9s9-s0"])
+    with pytest.raises(ValueError, match="this sweep uses"):
+        run(zoo, results, **{**sweep, "n_per_residue": 3}, only=["zoo-w4s4-s0"])
+    with pytest.raises(FileNotFoundError, match="run the whole table"):
+        run(zoo, tmp_path / "nowhere", **sweep, only=["zoo-w4s4-s0"])
 
 
 def test_shipped_zoo_checkpoints_are_the_rule_configs_their_cards_name():

@@ -24,16 +24,23 @@ def zoo_section(path: Path = RESULTS):
                                 "`python -m phaseinterp.train.zoo_table`")
     rows = json.loads(path.read_text())["rows"]
     table = pd.DataFrame([{"model": r["model"], "architecture": r["architecture"], "KV heads": r["kv_heads"],
-                           "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"], "learned": r["learned"],
+                           "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"],
+                           "aligned start": _aligned_text(r.get("aligned_start")), "learned": r["learned"],
                            "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
                            "held-out gap [CI]": heldout_text(r["gap_heldout_pp"], r["gap_ci_pp"]), "best r": r["best_residue"],
                            "dominant period": r["dominant_period"], "verdict": r["verdict"]} for r in rows])
     text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
             "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "
-            "model should show dominant period S; full attention should be flat. Regenerate with "
+            "model should show dominant period S; full attention should be flat. 'aligned start': for its first N steps "
+            "every training query's key sat at residue p mod R (windows of 12 and more; the strong phase then is the "
+            "data's choice, its repetition at p + S the compressor's). Regenerate with "
             "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
     return Section("The zoo: phase curves of every compressor", text, [table],
                    [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
+
+
+def _aligned_text(aligned: dict | None) -> str:
+    return "" if not aligned else f"r = {aligned['phase']} for {aligned['steps']} steps"
 
 
 __all__ = ["RESULTS", "zoo_section"]

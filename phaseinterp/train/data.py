@@ -81,6 +81,14 @@ class Mixture:
         sparse_start: during the curriculum the share of contiguous rows also grows linearly,
             from 0 to `contiguous_fraction`, so early haystacks hold few records spread over the
             row (about one per compressed window) and later ones are dense.
+        aligned_steps, aligned_modulus, aligned_phase: for the first `aligned_steps` steps the
+            target key sits only at positions `aligned_phase` mod `aligned_modulus` (a
+            phase-aligned start: every final query asks for the same offset of a compressed
+            window, so picking that offset pays on every row; 0 steps = off). The demonstrations'
+            records stay where the haystack puts them; after those steps the target's phase is
+            uniform again. A row whose haystack has no position at that phase for its target
+            (free filler < modulus; about 1% of the rule's rows at modulus 32, none at 24 or 16)
+            keeps a uniform phase.
 
     Example:
         >>> mix = Mixture(vocab_size=256, seq_len=64)
@@ -104,6 +112,9 @@ class Mixture:
     filler_fraction: float = 0.125
     curriculum_steps: int = 500
     sparse_start: bool = False
+    aligned_steps: int = 0
+    aligned_modulus: int = 1
+    aligned_phase: int = 0
 
     def __post_init__(self) -> None:
         _int("vocab_size", self.vocab_size, 8)
@@ -119,6 +130,9 @@ class Mixture:
         _int("lm_seed", self.lm_seed, 0)
         _int("bos_id", self.bos_id, 0, self.vocab_size - 1)
         _int("curriculum_steps", self.curriculum_steps, 0)
+        _int("aligned_steps", self.aligned_steps, 0)
+        _int("aligned_modulus", self.aligned_modulus, 1)
+        _int("aligned_phase", self.aligned_phase, 0, self.aligned_modulus - 1)
         if not isinstance(self.sparse_start, bool):
             raise _bad("sparse_start", self.sparse_start, "True or False")
         if not (isinstance(self.filler_fraction, (int, float)) and 0 < self.filler_fraction <= 0.5):
@@ -155,6 +169,12 @@ class Mixture:
         if not self.sparse_start or self.curriculum_steps == 0 or step >= self.curriculum_steps:
             return self.contiguous_fraction
         return self.contiguous_fraction * step / self.curriculum_steps
+
+    def aligned_at(self, step: int) -> tuple[int, int] | None:
+        """(modulus, phase) the target key's position keeps at `step`, or None (uniform)."""
+        if step >= self.aligned_steps or self.aligned_modulus == 1:
+            return None
+        return self.aligned_modulus, self.aligned_phase
 
     def eval_task_kwargs(self, n_records: int | None = None, n_demos: int | None = None, protocol: str = "prefix") -> dict[str, Any]:
         """Keyword arguments of a `RecordLookup` matched to this mixture: same vocabulary split and
@@ -227,7 +247,18 @@ def _uniform_phase_offset(free: int, rng: np.random.Generator) -> int:
     return shift + int(rng.integers(length))
 
 
-def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, contiguous: float, tok, tgt, wts, qry) -> None:
+def _aligned_offset(free: int, first: int, aligned: tuple[int, int], rng: np.random.Generator) -> int:
+    """An offset in [0, free], uniform among those that put position `first + offset` at phase
+    `aligned[1]` mod `aligned[0]`; a uniform offset when none does (see `Mixture`)."""
+    modulus, phase = aligned
+    start = (phase - first) % modulus
+    if start > free:
+        return int(rng.integers(free + 1))
+    return start + modulus * int(rng.integers((free - start) // modulus + 1))
+
+
+def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, contiguous: float, aligned: tuple[int, int] | None,
+                tok, tgt, wts, qry) -> None:
     pools, T = mix.pools, mix.seq_len
     n = int(rng.integers(mix.min_records, limit + 1))
     d = min(int(rng.integers(mix.min_demos, mix.max_demos + 1)), n - 1)
@@ -240,7 +271,7 @@ def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, contiguous: 
     target = int(rng.integers(n))
     # the target key lands at 1 + 2 target + (filler before it), uniform in phase; the filler
     # before and after it is split at random among the gaps (contiguous rows: one block)
-    before = _uniform_phase_offset(free, rng)
+    before = _uniform_phase_offset(free, rng) if aligned is None else _aligned_offset(free, 1 + 2 * target, aligned, rng)
     after = free - before
     if rng.random() < contiguous:
         gaps = np.zeros(n + 1, dtype=np.int64)
@@ -304,6 +335,7 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
     qry = np.zeros((batch_size, T), dtype=bool)
     limit = mixture.records_limit(step)
     contiguous = mixture.contiguous_at(step)
+    aligned = mixture.aligned_at(step)
     rng = np.random.default_rng([seed, step, 0x7EA1])
     kinds = rng.random(batch_size) < mixture.lm_fraction
     lm_rows = np.flatnonzero(kinds)
@@ -312,7 +344,7 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
         tgt[lm_rows, :-1] = tok[lm_rows, 1:]
         wts[lm_rows, :-1] = mixture.lm_weight
     for b in np.flatnonzero(~kinds):
-        _lookup_row(mixture, rng, limit, contiguous, tok[b], tgt[b], wts[b], qry[b])
+        _lookup_row(mixture, rng, limit, contiguous, aligned, tok[b], tgt[b], wts[b], qry[b])
     lookup = (tgt != IGNORE) & ~kinds[:, None]
     return TrainBatch(torch.from_numpy(tok), torch.from_numpy(tgt), torch.from_numpy(wts),
                       torch.from_numpy(qry), torch.from_numpy(lookup))

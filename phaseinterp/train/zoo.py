@@ -12,6 +12,9 @@ those that are:
   (cards, `zoo_table`) lengthens the rows where residues mod lcm(S, 8) need it;
 - init: gate offset biases drawn from Normal(0, `GATE_BIAS_INIT_STD`) (random, seed-dependent
   symmetry breaking among offsets);
+- windows of `ALIGNED_FROM_WINDOW` tokens or more, and uniform gates, start phase-aligned: for the first
+  `ALIGNED_STEPS` steps every final query's key sits at one phase mod `table_period(S)` (two
+  periods), drawn from the seed (`aligned_phase`); the other phases come in after that;
 - optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
 
 "Learned" = the best residue reaches `LEARNED_BEST` on the matched task (a compressed model may
@@ -30,6 +33,8 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
+
 from phaseinterp.config import CompressionConfig, ModelConfig, renamed_keyword, uniform_schedule
 from phaseinterp.presets import DEEPSEEK_CSA
 from phaseinterp.train.config import TrainConfig
@@ -42,6 +47,9 @@ D_HEAD = 64
 #: stayed at 29% lookup accuracy for 5000 steps, at 16 the same seed passed 97% by step 650.
 D_HEAD_FULL = 16
 GATE_BIAS_INIT_STD = 2.0
+#: Windows this large did not learn without the phase-aligned start (docs/training.md).
+ALIGNED_FROM_WINDOW = 12
+ALIGNED_STEPS = 2000
 N_HEADS = 4
 LOCAL_WINDOW = 16
 LAYOUTS = ("generic", "deepseek-csa", "full")
@@ -52,7 +60,34 @@ def period(model_period: int | None = None, **deprecated: Any) -> int:
     strides): lcm(P, 8) (full attention, None: 8). The old name `stride=` still works, with a
     DeprecationWarning."""
     model_period = renamed_keyword("period", deprecated, "stride", "model_period", model_period)
+    return _lcm_with_8(model_period)
+
+
+def _lcm_with_8(model_period: int | None) -> int:
     return 8 if model_period is None else math.lcm(model_period, 8)
+
+
+def table_period(period: int | None = None, **deprecated: Any) -> int:
+    """Residue modulus of the zoo table for a model of period P (the lcm of its strides; None for full
+    attention): lcm(P, 8), doubled until it spans two periods, so that "A(r) = A(r + P)" can be
+    tested (P = 2, 4 -> 8; 6, 12 -> 24; 8 -> 16; 16 -> 32; full: 8). The old name `stride=` of
+    `period` still works, with a DeprecationWarning."""
+    period = renamed_keyword("table_period", deprecated, "stride", "period", period)
+    R = _lcm_with_8(period)
+    while period is not None and R < 2 * period:
+        R *= 2
+    return R
+
+
+def aligned_phase(seed: int, modulus: int) -> int:
+    """The phase of a phase-aligned start: drawn from the run seed (not chosen by looking at runs)."""
+    return int(np.random.default_rng([0xA1, seed]).integers(modulus))
+
+
+def aligned_by_rule(comp: CompressionConfig | None) -> bool:
+    """Whether the rule starts this compressor phase-aligned (None: full attention): windows of
+    `ALIGNED_FROM_WINDOW` or more, and uniform gates (no offset bias to break the tie among offsets)."""
+    return comp is not None and (comp.window >= ALIGNED_FROM_WINDOW or comp.gate == "uniform")
 
 
 def steps_for(window: int | None) -> int:
@@ -67,8 +102,8 @@ def _check(name: str, value: Any, low: int) -> None:
 
 
 def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: str | None = None, kv_heads: int = 1,
-                rope: bool = True, layout: str = "generic", width: int = WIDTH, seed: int = 0
-                ) -> tuple[ModelConfig, TrainConfig]:
+                rope: bool = True, layout: str = "generic", width: int = WIDTH, seed: int = 0,
+                aligned: bool | None = None) -> tuple[ModelConfig, TrainConfig]:
     """(ModelConfig, TrainConfig) of the recipe rule.
 
     Args:
@@ -83,6 +118,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
         width: d_model (MLP 3 x width); 64 on CPU, 256 in `scripts/train_zoo_gpu.sh`. Head size,
             data, steps and schedule do not change with it.
         seed: model and data seed.
+        aligned: phase-aligned start (None: the rule's choice, `aligned_by_rule`).
 
     Raises:
         ValueError: naming the bad argument and what is allowed.
@@ -121,7 +157,15 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                             n_kv_heads=kv_heads, d_head=D_HEAD_FULL if comp is None else D_HEAD, d_mlp=3 * width,
                             n_ctx=512, layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD)
     steps = steps_for(None if comp is None else comp.window)
+    if aligned is None:
+        aligned = aligned_by_rule(comp)
+    if aligned and comp is None:
+        raise ValueError("aligned=True is invalid for layout='full': a phase-aligned start needs a compressor")
     mixture = MIXTURE
+    if aligned:
+        modulus = table_period(model_cfg.residue_modulus)
+        mixture = dataclasses.replace(MIXTURE, aligned_steps=ALIGNED_STEPS, aligned_modulus=modulus,
+                                      aligned_phase=aligned_phase(seed, modulus))
     tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50)
     return model_cfg, tcfg
 
@@ -156,4 +200,5 @@ def zoo_name(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | No
     return f"zoo-{name}{extras}-s{seed}"
 
 
-__all__ = ["LEARNED_BEST", "WIDTH", "ZOO", "period", "rule_recipe", "steps_for", "zoo_name", "zoo_recipe"]
+__all__ = ["ALIGNED_FROM_WINDOW", "ALIGNED_STEPS", "LEARNED_BEST", "WIDTH", "ZOO", "aligned_by_rule", "aligned_phase", "period",
+           "rule_recipe", "steps_for", "table_period", "zoo_name", "zoo_recipe"]

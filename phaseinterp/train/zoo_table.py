@@ -20,27 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from phaseinterp.config import period_of, renamed_keyword
+from phaseinterp.config import period_of
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, rows_for
 from phaseinterp.train.result import FULL_PERIOD, _architecture, sweep_checkpoint
-from phaseinterp.train.zoo import period as zoo_modulus
-
-
-
-def table_period(period: int | None = None, **deprecated: Any) -> int:
-    """Residue modulus of the table for a model of period P (the lcm of its strides; None for full
-    attention): lcm(P, 8), doubled until it spans two periods, so that "A(r) = A(r + P)" can be
-    tested (P = 2, 4 -> 8; 6, 12 -> 24; 8 -> 16; 16 -> 32; full: 8). The old name `stride=` of
-    `period` still works, with a DeprecationWarning."""
-    period = renamed_keyword("table_period", deprecated, "stride", "period", period)
-    R = zoo_modulus(period)
-    while period is not None and R < 2 * period:
-        R *= 2
-    return R
-
+from phaseinterp.train.zoo import table_period
 
 #: share of the residue curve's variance that period-d patterns must explain for d to be its period
 PERIOD_SHARE = 0.9
@@ -82,7 +68,15 @@ def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: in
         "best_residue": s["best_residue"], "worst_residue": s["worst_residue"], "p_phase": s["p_value"],
         "p_periodic": s["p_periodic"], "test_period": curve.period, "verdict": s["verdict"],
         "dominant_period": dominant_period(curve.accuracy), "accuracy": [float(a) for a in curve.accuracy], "task": task,
+        "aligned_start": aligned_start(card["train_config"]["mixture"]),
     }
+
+
+def aligned_start(mixture: dict[str, Any]) -> dict[str, int] | None:
+    """The phase-aligned start of a card's training mixture (steps, modulus, phase), or None."""
+    if not mixture.get("aligned_steps") or mixture.get("aligned_modulus", 1) == 1:
+        return None
+    return {k: mixture[f"aligned_{k}"] for k in ("steps", "modulus", "phase")}
 
 
 def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
@@ -91,6 +85,8 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
     lines = []
     for r in rows:
         cpu = f" ({r['cpu_time_s']:.0f})" if r["cpu_time_s"] else ""
+        if r.get("aligned_start"):
+            cpu += f", first {r['aligned_start']['steps']} at r = {r['aligned_start']['phase']}"
         learned = "yes" if r["learned"] else f"**no** (final loss {r['final_loss']:.2f})"
         lines.append(
             f"| {r['member']} | {r['architecture']} | {r['kv_heads']} | {r['seed']} | {r['protocol']} | {r['modulus']} | "
@@ -103,15 +99,19 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
             "rows lengthened where training rows could not place every residue. Intervals: "
             "2,000-replicate logical-example cluster bootstrap; verdicts: permutation tests at 5%; dominant period: the "
             "smallest period whose harmonics carry 90% of the curve's spectral power (\"none\": none < R does). \"learned\": best "
-            f"residue >= {100 * LEARNED_BEST:.0f}%. {GAP_NOTE} Loss curves: `assets/checkpoints/zoo/NAME.metrics.jsonl`.\n\n"
+            f"residue >= {100 * LEARNED_BEST:.0f}%. \"first N at r = p\": a phase-aligned start (for its first N steps "
+            "every training query's key sat at residue p mod R; docs/training.md). "
+            f"{GAP_NOTE} Loss curves: `assets/checkpoints/zoo/NAME.metrics.jsonl`.\n\n"
             + head + "\n".join(lines) + "\n\nAccuracy (%) by residue r = 0..R-1:\n\n" + curves + "\n")
 
 
 def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
         n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS, width: int | None = None,
-        kv_heads: int | None = None) -> list[dict[str, Any]]:
+        kv_heads: int | None = None, only: list[str] | None = None) -> list[dict[str, Any]]:
     """Sweep every zoo card in `checkpoints`; write zoo.md, zoo.json and zoo.csv to `out`. `width` and
-    `kv_heads` name the zoo the folder should hold (`zoo_name`), for the list of runs not trained yet."""
+    `kv_heads` name the zoo the folder should hold (`zoo_name`), for the list of runs not trained yet.
+    `only` (card names) sweeps those cards and keeps every other card's rows from `out/zoo.json`,
+    which must have been written with the same sweep settings."""
     import pandas as pd
     import torch
 
@@ -121,9 +121,14 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     cards = sorted(checkpoints.glob("*.json"))
     if not cards:
         raise ValueError(f"no zoo checkpoint cards (*.json) in {str(checkpoints)!r}")
+    settings = {"n_per_residue": n_per_residue, "task_seed": task_seed, "n_boot": n_boot, "n_perm": n_perm}
+    kept = _kept_rows(out / "zoo.json", settings, only, {c.stem for c in cards}) if only else {}
     rows = []
     for card in cards:
         for protocol in protocols:
+            if (card.stem, protocol) in kept:
+                rows.append(kept[(card.stem, protocol)])
+                continue
             rows.append(zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot, n_perm=n_perm))
             r = rows[-1]
             print(f"{r['model']:22s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} gap {r['gap_pp']:5.1f} pp "
@@ -137,11 +142,24 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     out.mkdir(parents=True, exist_ok=True)
     (out / "zoo.md").write_text("# The zoo: phase curves of every compressor (PAPER.md claims 1-3)\n\n"
                                 "Reproduce: `python -m phaseinterp.train.zoo_table`.\n\n" + note + markdown(rows, n_per_residue))
-    payload = {"protocol": {"n_per_residue": n_per_residue, "task_seed": task_seed, "n_boot": n_boot, "n_perm": n_perm},
-               "rows": rows, "not_trained": missing, "versions": versions()}
+    payload = {"protocol": settings, "rows": rows, "not_trained": missing, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
     pd.DataFrame([{k: v for k, v in r.items() if k not in ("accuracy", "task")} for r in rows]).to_csv(out / "zoo.csv", index=False)
     return rows
+
+
+def _kept_rows(previous: Path, settings: dict[str, int], only: list[str], names: set[str]) -> dict[tuple[str, str], dict]:
+    """Rows of `previous` (a zoo.json) for every card not in `only`, keyed by (card name, protocol)."""
+    unknown = sorted(set(only) - names)
+    if unknown:
+        raise ValueError(f"--only {' '.join(unknown)}: no such card; allowed {sorted(names)}")
+    if not previous.is_file():
+        raise FileNotFoundError(f"--only keeps the other rows of {str(previous)!r}, which does not exist: run the whole table")
+    table = json.loads(previous.read_text())
+    if table["protocol"] != settings:
+        raise ValueError(f"--only: {str(previous)!r} was swept with {table['protocol']}, this sweep uses {settings}: "
+                         "run the whole table")
+    return {(r["model"], r["protocol"]): r for r in table["rows"] if r["model"] not in only}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,9 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-perm", type=int, default=2000)
     p.add_argument("--width", type=int, help="the zoo's width, when not the shipped one (names the missing runs)")
     p.add_argument("--kv-heads", type=int, help="the zoo's KV heads, when overridden (names the missing runs)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="sweep only these cards (e.g. zoo-w12s12-s0) and keep the "
+                   "other cards' rows from OUT/zoo.json")
     args = p.parse_args(argv)
     run(args.checkpoints, args.out, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm,
-        protocols=tuple(args.protocols), width=args.width, kv_heads=args.kv_heads)
+        protocols=tuple(args.protocols), width=args.width, kv_heads=args.kv_heads, only=args.only)
     return 0
 
 
