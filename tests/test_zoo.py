@@ -306,3 +306,17 @@ def test_absolute_knockout_change_is_defined_at_weak_residues_and_matches_the_ac
     assert ab.quantity == "absolute accuracy change (pp)" and ab.values.min() < -50  # layer 1's head owns phases
     with pytest.raises(ValueError, match="change='ratio' is invalid: allowed one of"):
         knockout_map(model, batch, calib, n_boot=5, change="ratio")
+
+
+def test_report_names_the_aligned_start_of_exactly_the_members_the_rule_aligns():
+    from phaseinterp.report.zoo import RESULTS, zoo_section
+
+    if not RESULTS.is_file():
+        pytest.skip("no zoo table shipped")
+    table = zoo_section().tables[0]
+    for model, text in zip(table["model"], table["aligned start"]):
+        member, seed = model.removeprefix("zoo-").rsplit("-s", 1)
+        mix = zoo_recipe(member, seed=int(seed))[1].mixture
+        expected = f"r = {mix.aligned_phase} mod {mix.aligned_modulus}, first 2000 steps" if mix.aligned_steps else ""
+        assert text == expected, model
+    assert (table["aligned start"] != "").sum() == 2 * 8  # W12/S12, W16/S16, W16/S8, uniform: 2 seeds x 2 protocols

@@ -40,7 +40,7 @@ def zoo_section(path: Path = RESULTS):
 
 
 def _aligned_text(aligned: dict | None) -> str:
-    return "" if not aligned else f"r = {aligned['phase']} for {aligned['steps']} steps"
+    return "" if not aligned else f"r = {aligned['phase']} mod {aligned['modulus']}, first {aligned['steps']} steps"
 
 
 __all__ = ["RESULTS", "zoo_section"]
