@@ -129,6 +129,11 @@ def test_aligned_start_puts_every_target_key_at_one_phase_then_lets_go():
     plain = Mixture(vocab_size=256, seq_len=64)
     assert plain.aligned_at(0) is None and make_batch(plain, 3, 0, 8).tokens.equal(
         make_batch(dataclasses.replace(plain, aligned_modulus=24, aligned_phase=5), 3, 0, 8).tokens)
+    half = np.bincount(_target_key_positions(make_batch(dataclasses.replace(mix, aligned_fraction=0.5), 3, 0, 2048)) % 24,
+                       minlength=24)
+    assert 0.4 < half[17] / half.sum() < 0.6 and np.delete(half, 17).min() > 0  # half aligned, half anywhere (~0.52)
+    with pytest.raises(ValueError, match=re.escape("aligned_fraction=1.5 is invalid: allowed a number in [0, 1]")):
+        Mixture(aligned_fraction=1.5)
     with pytest.raises(ValueError, match=re.escape("aligned_phase=24 is invalid: allowed an integer >= 0 and <= 23")):
         Mixture(aligned_modulus=24, aligned_phase=24)
     with pytest.raises(ValueError, match=re.escape("aligned_steps=-1 is invalid: allowed an integer >= 0")):

@@ -89,6 +89,8 @@ class Mixture:
             uniform again. A row whose haystack has no position at that phase for its target
             (free filler < modulus; about 1% of the rule's rows at modulus 32, none at 24 or 16)
             keeps a uniform phase.
+        aligned_fraction: share of lookup rows that are aligned during those steps (the rest keep
+            a uniform phase, so that the position of the aligned phase alone does not answer).
 
     Example:
         >>> mix = Mixture(vocab_size=256, seq_len=64)
@@ -115,6 +117,7 @@ class Mixture:
     aligned_steps: int = 0
     aligned_modulus: int = 1
     aligned_phase: int = 0
+    aligned_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         _int("vocab_size", self.vocab_size, 8)
@@ -133,6 +136,7 @@ class Mixture:
         _int("aligned_steps", self.aligned_steps, 0)
         _int("aligned_modulus", self.aligned_modulus, 1)
         _int("aligned_phase", self.aligned_phase, 0, self.aligned_modulus - 1)
+        _frac("aligned_fraction", self.aligned_fraction)
         if not isinstance(self.sparse_start, bool):
             raise _bad("sparse_start", self.sparse_start, "True or False")
         if not (isinstance(self.filler_fraction, (int, float)) and 0 < self.filler_fraction <= 0.5):
@@ -344,7 +348,8 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
         tgt[lm_rows, :-1] = tok[lm_rows, 1:]
         wts[lm_rows, :-1] = mixture.lm_weight
     for b in np.flatnonzero(~kinds):
-        _lookup_row(mixture, rng, limit, contiguous, aligned, tok[b], tgt[b], wts[b], qry[b])
+        row_aligned = aligned if aligned is None or mixture.aligned_fraction == 1 or rng.random() < mixture.aligned_fraction else None
+        _lookup_row(mixture, rng, limit, contiguous, row_aligned, tok[b], tgt[b], wts[b], qry[b])
     lookup = (tgt != IGNORE) & ~kinds[:, None]
     return TrainBatch(torch.from_numpy(tok), torch.from_numpy(tgt), torch.from_numpy(wts),
                       torch.from_numpy(qry), torch.from_numpy(lookup))
