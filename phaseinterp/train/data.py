@@ -348,7 +348,9 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
         tgt[lm_rows, :-1] = tok[lm_rows, 1:]
         wts[lm_rows, :-1] = mixture.lm_weight
     for b in np.flatnonzero(~kinds):
-        row_aligned = aligned if aligned is None or mixture.aligned_fraction == 1 or rng.random() < mixture.aligned_fraction else None
+        # a fraction of 1 draws no random number, so fully aligned batches are those of the runs before the field existed
+        whole = aligned is None or mixture.aligned_fraction == 1
+        row_aligned = aligned if whole or rng.random() < mixture.aligned_fraction else None
         _lookup_row(mixture, rng, limit, contiguous, row_aligned, tok[b], tgt[b], wts[b], qry[b])
     lookup = (tgt != IGNORE) & ~kinds[:, None]
     return TrainBatch(torch.from_numpy(tok), torch.from_numpy(tgt), torch.from_numpy(wts),
