@@ -1,0 +1,82 @@
+"""Forward time of the compressed model (W8/S8, L=16) against its full-attention twin with both run
+through `torch.compile`, next to both eager, at one length (default 16k). Same models as
+`benchmarks/attention.py`; each measurement in a fresh process (one thread on CPU), CPU time of the
+fastest of `--repeats` forwards after one warm-up forward at full length (which also compiles).
+The four processes alternate over `--rounds`; the JSON holds every round and the median ratios.
+
+    python benchmarks/attention_compiled.py --out benchmarks/results/attention_compiled.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from phaseinterp import HookedCompressedTransformer, __version__
+
+sys.path.insert(0, str(Path(__file__).parent))
+from attention import bench_config  # noqa: E402
+
+
+def measure(kind: str, seq_len: int, compiled: bool, repeats: int) -> dict:
+    torch.set_num_threads(1)
+    model = HookedCompressedTransformer(bench_config(kind, seq_len), seed=0).eval()
+    tokens = torch.randint(0, 512, (1, seq_len))
+    fn = torch.compile(model, dynamic=False) if compiled else model
+    with torch.no_grad():
+        start = time.process_time()
+        fn(tokens)
+        first = time.process_time() - start
+        times = []
+        for _ in range(repeats):
+            start = time.process_time()
+            fn(tokens)
+            times.append(time.process_time() - start)
+    return {"seconds": min(times), "first_forward_seconds": first}
+
+
+def run_isolated(kind: str, seq_len: int, compiled: bool, repeats: int) -> dict:
+    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import attention_compiled as b; "
+            f"print(json.dumps(b.measure({kind!r}, {seq_len}, {compiled}, {repeats})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seq-len", type=int, default=16384)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default="benchmarks/results/attention_compiled.json")
+    args = parser.parse_args()
+    rounds = []
+    for _ in range(args.rounds):
+        r = {f"{kind}_{'compiled' if c else 'eager'}": run_isolated(kind, args.seq_len, c, args.repeats)
+             for c in (False, True) for kind in ("full", "compressed")}
+        r["ratio_eager"] = r["compressed_eager"]["seconds"] / r["full_eager"]["seconds"]
+        r["ratio_compiled"] = r["compressed_compiled"]["seconds"] / r["full_compiled"]["seconds"]
+        rounds.append(r)
+        print(json.dumps({k: v for k, v in r.items() if k.startswith("ratio")}), flush=True)
+
+    def median(key: str) -> float:
+        values = sorted(r[key] for r in rounds)
+        return values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:len(values) // 2 + 1]) / 2
+
+    result = {"benchmark": "attention_compiled", "seq_len": args.seq_len, "device": "cpu", "threads": 1,
+              "torch": torch.__version__, "phaseinterp": __version__, "python": platform.python_version(),
+              "target_time_ratio": 0.3, "time_ratio_eager": median("ratio_eager"),
+              "time_ratio_compiled": median("ratio_compiled"), "rounds": rounds,
+              "command": "python benchmarks/attention_compiled.py --out benchmarks/results/attention_compiled.json"}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
