@@ -5,6 +5,7 @@ fastest of `--repeats` forwards after one warm-up forward at full length (which 
 The four processes alternate over `--rounds`; the JSON holds every round and the median ratios.
 
     python benchmarks/attention_compiled.py --out benchmarks/results/attention_compiled.json
+    python benchmarks/attention_compiled.py --check 2048    # compiled vs eager logits, both twins
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +44,15 @@ def measure(kind: str, seq_len: int, compiled: bool, repeats: int) -> dict:
     return {"seconds": min(times), "first_forward_seconds": first}
 
 
+def compiled_vs_eager(kind: str, seq_len: int) -> float:
+    """Largest absolute difference between the compiled and the eager forward's logits."""
+    torch.set_num_threads(1)
+    model = HookedCompressedTransformer(bench_config(kind, seq_len), seed=0).eval()
+    tokens = torch.randint(0, 512, (1, seq_len))
+    with torch.no_grad():
+        return float((model(tokens) - torch.compile(model, dynamic=False)(tokens)).abs().max())
+
+
 def run_isolated(kind: str, seq_len: int, compiled: bool, repeats: int) -> dict:
     code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import attention_compiled as b; "
             f"print(json.dumps(b.measure({kind!r}, {seq_len}, {compiled}, {repeats})))")
@@ -55,7 +66,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/attention_compiled.json")
+    parser.add_argument("--check", type=int, metavar="SEQ_LEN",
+                        help="only print the compiled-vs-eager logit difference of both twins at this length")
     args = parser.parse_args()
+    if args.check:
+        print(json.dumps({kind: compiled_vs_eager(kind, args.check) for kind in ("full", "compressed")}))
+        return
     rounds = []
     for _ in range(args.rounds):
         r = {f"{kind}_{'compiled' if c else 'eager'}": run_isolated(kind, args.seq_len, c, args.repeats)
@@ -66,8 +82,7 @@ def main() -> None:
         print(json.dumps({k: v for k, v in r.items() if k.startswith("ratio")}), flush=True)
 
     def median(key: str) -> float:
-        values = sorted(r[key] for r in rounds)
-        return values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:len(values) // 2 + 1]) / 2
+        return statistics.median(r[key] for r in rounds)
 
     result = {"benchmark": "attention_compiled", "seq_len": args.seq_len, "device": "cpu", "threads": 1,
               "torch": torch.__version__, "phaseinterp": __version__, "python": platform.python_version(),

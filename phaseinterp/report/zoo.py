@@ -32,8 +32,9 @@ def zoo_section(path: Path = RESULTS):
     text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
             "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "
             "model should show dominant period S; full attention should be flat. 'aligned start': for its first N steps "
-            "every training query's key sat at residue p mod R (windows of 12 and more; the strong phase then is the "
-            "data's choice, its repetition at p + S the compressor's). Regenerate with "
+            "every training query's key sat at residue p mod R (windows of 12 and more, uniform gates): the phase the "
+            "model first retrieves at is the data's choice; where its strong phases end up, and their repetition at "
+            "r + S, are the model's (docs/training.md). Regenerate with "
             "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
     return Section("The zoo: phase curves of every compressor", text, [table],
                    [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])

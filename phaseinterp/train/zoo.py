@@ -47,7 +47,7 @@ D_HEAD = 64
 #: stayed at 29% lookup accuracy for 5000 steps, at 16 the same seed passed 97% by step 650.
 D_HEAD_FULL = 16
 GATE_BIAS_INIT_STD = 2.0
-#: Windows this large did not learn without the phase-aligned start (docs/training.md).
+#: No W12/S12 or W16/S16 run (nor uniform averaging) learned without the phase-aligned start (docs/training.md).
 ALIGNED_FROM_WINDOW = 12
 ALIGNED_STEPS = 2000
 N_HEADS = 4
