@@ -181,6 +181,21 @@ def test_cli_aligned_start_overrides_the_rule_and_names_the_run(tmp_path):
     assert card("--window", "4", "--stride", "4", "--aligned-start") == (2000, "rule-w4s4-aligned-s0")
 
 
+def test_cli_min_undemonstrated_reaches_the_mixture_and_names_the_run(tmp_path, capsys):
+    def card(*extra):
+        out = tmp_path / "-".join(extra)
+        assert main(["train", "--recipe", "rule", "--window", "4", "--stride", "4", *extra, "--steps", "2", "--out", str(out),
+                     "--no-progress", "--eval-examples", "1"]) == 0
+        c = json.loads((out / "card.json").read_text())
+        return c["train_config"]["mixture"]["min_undemonstrated"], c["name"]
+
+    assert card() == (1, "rule-w4s4-s0")
+    assert card("--min-undemonstrated", "3") == (3, "rule-w4s4-undemo3-s0")
+    assert main(["train", "--recipe", "rule", "--window", "4", "--stride", "4", "--min-undemonstrated", "0",
+                 "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
+    assert "min_undemonstrated=0 is invalid: allowed an integer >= 1 and <= 10" in capsys.readouterr().err
+
+
 def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     base = ["train", "--out", str(tmp_path / "x"), "--no-progress"]
     assert main([*base, "--recipe", "zoo"]) == 2
@@ -190,7 +205,7 @@ def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     assert main([*base, "--preset", "w4s4", "--window", "8", "--no-rope"]) == 2
     assert "--window --no-rope apply only with --recipe rule" in capsys.readouterr().err
     assert main([*base, "--recipe", "zoo", "--member", "w8s8", "--window", "4"]) == 2
-    assert "--window/--stride/--gate/--no-rope/--layout/--aligned-start are for --recipe rule" in capsys.readouterr().err
+    assert "--no-rope/--layout/--aligned-start/--min-undemonstrated are for --recipe rule" in capsys.readouterr().err
     assert main([*base, "--preset", "w4s4", "--width", "128"]) == 2
     assert "--width apply only with --recipe rule" in capsys.readouterr().err
 
@@ -221,6 +236,10 @@ def test_zoo_table_reports_a_run_that_did_not_learn_with_its_budget(tmp_path):
         ("w4s4", "prefix", 8, False), ("w4s4", "insequence", 8, False)]
     text = (tmp_path / "results" / "zoo.md").read_text()
     assert "| w4s4 | W4/S4 scalar | 1 | 0 | prefix | 8 | 2 " in text and "**no** (final loss" in text
+    summary = rows[0]["training_rows"]
+    assert rows[1]["training_rows"] == summary and summary["one_rows"] + summary["several_rows"] == 1024
+    assert summary["one"] < 0.2 and summary["several"] < 0.2  # two steps: neither exclusion nor retrieval
+    assert f"| {summary['one']:.2f} / {summary['several']:.2f} |" in text
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["zoo.csv", "zoo.json", "zoo.md"]
 
 
@@ -241,6 +260,7 @@ def test_zoo_table_only_resweeps_the_named_cards_and_keeps_the_other_rows(tmp_pa
     (results / "zoo.json").write_text(json.dumps(table))
     again = run(zoo, results, **sweep, only=["zoo-w12s12-s0"])
     assert again[1]["mean"] == 0.5 and again[0]["accuracy"] == first[0]["accuracy"]
+    assert again[1]["training_rows"] == first[1]["training_rows"]  # kept rows get the per-card column too
     with pytest.raises(ValueError, match=re.escape("--only zoo-w9s9-s0: no such card; allowed ['zoo-w12s12-s0', 'zoo-w4s4-s0']")):
         run(zoo, results, **sweep, only=["zoo-w9s9-s0"])
     with pytest.raises(ValueError, match="this sweep uses"):
@@ -325,3 +345,98 @@ def test_report_names_the_aligned_start_of_exactly_the_members_the_rule_aligns()
         expected = f"r = {mix.aligned_phase} mod {mix.aligned_modulus}, first 2000 steps" if mix.aligned_steps else ""
         assert text == expected, model
     assert (table["aligned start"] != "").sum() == 2 * 8  # W12/S12, W16/S16, W16/S8, uniform: 2 seeds x 2 protocols
+
+
+def _haystack_keys_at(batch, mix: Mixture, modulus: int, phase: int) -> list[int]:
+    """Per lookup row: haystack keys (not the target's) whose position is `phase` mod `modulus`."""
+    tok = batch.tokens.numpy()
+    counts = []
+    for r in np.flatnonzero(batch.query.numpy().any(1)):
+        tail = mix.seq_len - 1 - 2 * (int((batch.targets[r] != -100).sum()) - 1)
+        pos = np.arange(1, tail)
+        is_key = (tok[r, 1:tail] >= mix.pools.keys[0]) & (tok[r, 1:tail] <= mix.pools.keys[-1]) & (tok[r, 1:tail] != tok[r, -1])
+        counts.append(int(np.sum(is_key & (pos % modulus == phase))))
+    return counts
+
+
+def test_aligned_decoys_put_another_record_at_the_aligned_phase_without_moving_the_target():
+    mix = Mixture(vocab_size=256, seq_len=64, aligned_steps=100, aligned_modulus=32, aligned_phase=31,
+                  aligned_decoys=1, aligned_decoy_modulus=16)
+    batch = make_batch(mix, 3, 0, 512)
+    assert set(_target_key_positions(batch) % 32) == {31}
+    with_decoy = np.mean(np.array(_haystack_keys_at(batch, mix, 16, 15)) >= 1)
+    plain = make_batch(dataclasses.replace(mix, aligned_decoys=0), 3, 0, 512)
+    without = np.mean(np.array(_haystack_keys_at(plain, mix, 16, 15)) >= 1)
+    assert with_decoy > 0.95 and without < 0.2  # measured 1.0 and 0.01
+    # every row keeps its records: the same key and value tokens, each pair intact
+    tok = batch.tokens.numpy()
+    for row in tok[batch.query.numpy().any(1)]:
+        keys = np.flatnonzero((row >= mix.pools.keys[0]) & (row <= mix.pools.keys[-1]))
+        assert np.all((row[keys[:-1] + 1] >= mix.pools.values[0]) & (row[keys[:-1] + 1] <= mix.pools.values[-1]))
+    after = make_batch(mix, 3, 100, 64).tokens
+    assert after.equal(make_batch(dataclasses.replace(mix, aligned_decoys=0), 3, 100, 64).tokens)
+    with pytest.raises(ValueError, match=re.escape("aligned_decoy_modulus=12 is invalid: allowed 0 or a divisor of aligned_modulus=32")):
+        dataclasses.replace(mix, aligned_decoy_modulus=12)
+    with pytest.raises(ValueError, match=re.escape("aligned_decoys=2 is invalid: allowed an integer >= 0 and <= 1")):
+        dataclasses.replace(mix, aligned_decoys=2)
+
+
+def _undemonstrated(batch, mix: Mixture) -> np.ndarray:
+    """Per lookup row: (haystack records, those whose key no demonstration repeats)."""
+    tok, T = batch.tokens.numpy(), mix.seq_len
+    out = []
+    for r in np.flatnonzero(batch.query.numpy().any(1)):
+        n_demos = int((batch.targets[r] != -100).sum()) - 1
+        hay = tok[r, 1:T - 1 - 2 * n_demos]
+        n = int(np.sum((hay >= mix.pools.keys[0]) & (hay <= mix.pools.keys[-1])))
+        out.append((n, n - n_demos))
+    return np.array(out)
+
+
+def test_min_undemonstrated_leaves_more_than_the_target_undemonstrated():
+    mix = Mixture(vocab_size=256, seq_len=64)
+    one = _undemonstrated(make_batch(mix, 5, 1000, 512), mix)[:, 1]
+    assert one.min() == 1 and np.mean(one == 1) > 0.5  # most rows: the target is the only record never demonstrated
+    three = dataclasses.replace(mix, min_undemonstrated=3)
+    n, left = _undemonstrated(make_batch(three, 5, 1000, 512), three).T
+    assert np.all(left >= np.minimum(n, 3)) and np.any(n == 2) and np.any(left > 3)
+    with pytest.raises(ValueError, match=re.escape("min_undemonstrated=0 is invalid: allowed an integer >= 1 and <= 10")):
+        Mixture(min_undemonstrated=0)
+
+
+class _LookupOracle(torch.nn.Module):
+    """Answers the final query by key match (`exclusion=False`) or, ignoring the query's key, with
+    the value of the first haystack record no demonstration repeats (`exclusion=True`)."""
+
+    def __init__(self, mix: Mixture, exclusion: bool):
+        super().__init__()
+        self.mix, self.exclusion = mix, exclusion
+        self.anchor = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, tokens):
+        keys = self.mix.pools.keys
+        logits = torch.zeros(*tokens.shape, self.mix.vocab_size)
+        for r, row in enumerate(tokens.tolist()):
+            is_key = [keys[0] <= t <= keys[-1] for t in row]
+            key_pos = [i for i in range(1, len(row) - 1) if is_key[i]]
+            if self.exclusion:
+                seen = [row[i] for i in key_pos]
+                pos = next(i for i in key_pos if seen.count(row[i]) == 1)
+            else:
+                pos = key_pos[[row[i] for i in key_pos].index(row[-1])]
+            logits[r, -1, row[pos + 1]] = 1.0
+        return logits
+
+
+def test_accuracy_by_undemonstrated_tells_exclusion_from_retrieval():
+    from phaseinterp.train.evaluate import accuracy_by_undemonstrated
+
+    retrieval = accuracy_by_undemonstrated(_LookupOracle(MIXTURE, exclusion=False), MIXTURE, n_rows=512)["by_undemonstrated"]
+    exclusion = accuracy_by_undemonstrated(_LookupOracle(MIXTURE, exclusion=True), MIXTURE, n_rows=512)["by_undemonstrated"]
+    assert all(v["accuracy"] == 1.0 for v in retrieval.values()) and set(retrieval) == set(exclusion)
+    assert exclusion["1"]["accuracy"] == 1.0 and exclusion["1"]["rows"] > 256  # most training rows
+    several = [v for k, v in exclusion.items() if k != "1"]
+    share = sum(v["correct"] for v in several) / sum(v["rows"] for v in several)
+    assert 0.15 < share < 0.6  # the first of k >= 2 candidates is the target about 1/k of the time
+    with pytest.raises(ValueError, match="n_rows=0 is invalid: allowed an integer >= 1"):
+        accuracy_by_undemonstrated(_LookupOracle(MIXTURE, exclusion=True), MIXTURE, n_rows=0)

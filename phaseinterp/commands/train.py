@@ -21,7 +21,8 @@ DESCRIPTION = """Train a model and write OUT/run.json, OUT/metrics.jsonl, OUT/ch
 OUT/card.json. --preset takes a training recipe (see `phaseinterp.train.RECIPES`: the shipped
 checkpoints) or a model preset (trained with the default TrainConfig, its mixture over the model's
 whole vocabulary). --recipe rule builds model and training config for any compressor by the
-recipe rule (--window, --stride, --gate, --kv-heads, --no-rope, --layout, --aligned-start; docs/training.md);
+recipe rule (--window, --stride, --gate, --kv-heads, --no-rope, --layout, --aligned-start, --min-undemonstrated;
+docs/training.md);
 --recipe zoo --member NAME trains a member of the shipped zoo (`phaseinterp.train.zoo.ZOO`). --config takes a JSON file
 {"model": PRESET_NAME or ModelConfig fields or an HF model {"architecture": ..., "hf_config": {...}},
 "train": TrainConfig fields (with "mixture")}. --hf-config takes a HuggingFace config.json (or a
@@ -54,6 +55,9 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--aligned-start", action=argparse.BooleanOptionalAction, default=None,
                       help="start phase-aligned: every final query's key at one seed-drawn phase for the first 2000 "
                       "steps (default: the rule's choice, on for windows >= 12 and uniform gates)")
+    rule.add_argument("--min-undemonstrated", type=int, metavar="K",
+                      help="records each training row leaves undemonstrated (default: the rule's, 1); 3 removes the "
+                      "exclusion shortcut (docs/training.md)")
     rule.add_argument("--member", help="with --recipe zoo: the zoo member (see phaseinterp.train.zoo.ZOO); with "
                       "--recipe nsa: w8s8-k0, w8s8-k1, w8s8-k2 or w16s8-k2")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
@@ -86,7 +90,7 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.train.hf_model import HFModelSpec
 
     rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "member", "width",
-                                                      "aligned_start") if getattr(args, k, None) is not None]
+                                                      "aligned_start", "min_undemonstrated") if getattr(args, k, None) is not None]
     rule_args += ["--no-rope"] if getattr(args, "no_rope", False) else []
     if getattr(args, "recipe", None) is None and rule_args:
         raise ValueError(f"{' '.join(rule_args)} apply only with --recipe rule (or --member with --recipe zoo)")
@@ -149,9 +153,10 @@ def _from_rule(args: argparse.Namespace):
     if args.recipe == "zoo":
         if args.member is None:
             raise ValueError(f"--recipe zoo needs --member: allowed {sorted(zoo.ZOO)}")
-        if any(getattr(args, k) is not None for k in ("window", "stride", "gate", "layout", "aligned_start")) or args.no_rope:
-            raise ValueError("--recipe zoo takes --member NAME (and optionally --kv-heads, --width); "
-                             "--window/--stride/--gate/--no-rope/--layout/--aligned-start are for --recipe rule")
+        if any(getattr(args, k) is not None for k in ("window", "stride", "gate", "layout", "aligned_start",
+                                                      "min_undemonstrated")) or args.no_rope:
+            raise ValueError("--recipe zoo takes --member NAME (and optionally --kv-heads, --width); --window/--stride/--gate/"
+                             "--no-rope/--layout/--aligned-start/--min-undemonstrated are for --recipe rule")
         width = zoo.WIDTH if args.width is None else args.width
         return (zoo.zoo_name(args.member, seed, width=width, kv_heads=args.kv_heads),
                 *zoo.zoo_recipe(args.member, seed=seed, width=width, kv_heads=args.kv_heads))
@@ -161,14 +166,16 @@ def _from_rule(args: argparse.Namespace):
     kv_heads, layout = args.kv_heads or 1, args.layout or "generic"
     width = zoo.WIDTH if args.width is None else args.width
     model_cfg, tcfg = zoo.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=kv_heads,
-                                      rope=not args.no_rope, layout=layout, width=width, seed=seed, aligned=args.aligned_start)
+                                      rope=not args.no_rope, layout=layout, width=width, seed=seed, aligned=args.aligned_start,
+                                      min_undemonstrated=args.min_undemonstrated)
     aligned = tcfg.mixture.aligned_steps > 0
     first = model_cfg.layers[0]
     default_aligned = zoo.aligned_by_rule(None if first == "full" else first)
     shape = layout if layout != "generic" else f"w{args.window}s{args.stride}"
     extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{kv_heads}" if kv_heads != 1 else "",
                       "-norope" if args.no_rope else "", f"-d{width}" if width != zoo.WIDTH else "",
-                      "" if aligned == default_aligned else ("-aligned" if aligned else "-unaligned")])
+                      "" if aligned == default_aligned else ("-aligned" if aligned else "-unaligned"),
+                      "" if args.min_undemonstrated in (None, zoo.MIN_UNDEMONSTRATED) else f"-undemo{args.min_undemonstrated}"])
     return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg
 
 

@@ -28,16 +28,24 @@ def zoo_section(path: Path = RESULTS):
                            "aligned start": _aligned_text(r.get("aligned_start")), "learned": r["learned"],
                            "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
                            "held-out gap [CI]": heldout_text(r["gap_heldout_pp"], r["gap_ci_pp"]), "best r": r["best_residue"],
-                           "dominant period": r["dominant_period"], "verdict": r["verdict"]} for r in rows])
+                           "dominant period": r["dominant_period"], "verdict": r["verdict"],
+                           **_training_rows(r.get("training_rows"))} for r in rows])
     text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
             "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "
             "model should show dominant period S; full attention should be flat. 'aligned start': for its first N steps "
             "every training query's key sat at residue p mod R (windows of 12 and more, uniform gates): the phase the "
             "model first retrieves at is the data's choice; where its strong phases end up, and their repetition at "
-            "r + S, are the model's (docs/training.md). Regenerate with "
+            "r + S, are the model's (docs/training.md). 'training acc k = 1 / k >= 2': final-query accuracy on training "
+            "rows with one undemonstrated record (answerable by exclusion, without matching the key) and with several "
+            "(exclusion alone: 0.32); every run that did not learn scores high on the first and near 0.32 on the second "
+            "(docs/training.md, 'The exclusion shortcut'). Regenerate with "
             "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
     return Section("The zoo: phase curves of every compressor", text, [table],
                    [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
+
+
+def _training_rows(summary: dict | None) -> dict[str, float]:
+    return {} if summary is None else {"training acc k = 1": summary["one"], "training acc k >= 2": summary["several"]}
 
 
 def _aligned_text(aligned: dict | None) -> str:

@@ -67,7 +67,11 @@ class Mixture:
         seq_len: tokens per row.
         min_records, max_records: records in a lookup row's haystack (uniform in the range).
         min_demos, max_demos: demonstrations after the haystack (uniform in the range, then
-            capped at the row's records - 1).
+            capped at the row's records - `min_undemonstrated`).
+        min_undemonstrated: records a row leaves undemonstrated (the target among them; fewer when
+            the row has fewer records). At 1, most rows demonstrate every record but the target,
+            whose value is then the one never demonstrated: answerable by exclusion, without
+            matching the query's key (docs/training.md, "The exclusion shortcut").
         contiguous_fraction: share of lookup rows whose records form one contiguous block.
         lm_fraction: share of rows that are language rows.
         lm_weight: loss weight of one language token relative to one lookup answer.
@@ -91,6 +95,11 @@ class Mixture:
             keeps a uniform phase.
         aligned_fraction: share of lookup rows that are aligned during those steps (the rest keep
             a uniform phase, so that the position of the aligned phase alone does not answer).
+        aligned_decoys, aligned_decoy_modulus: in aligned rows, this many other records also move
+            to positions at `aligned_phase` mod `aligned_decoy_modulus` (a divisor of
+            `aligned_modulus`, 0 = the same; the compressor's stride leaves more free slots in a
+            short row), into free pairs of filler slots (fewer when none is left), so that "the
+            record at the aligned phase" does not name the target and only matching the key does.
 
     Example:
         >>> mix = Mixture(vocab_size=256, seq_len=64)
@@ -105,6 +114,7 @@ class Mixture:
     max_records: int = 10
     min_demos: int = 3
     max_demos: int = 9
+    min_undemonstrated: int = 1
     contiguous_fraction: float = 0.5
     lm_fraction: float = 0.1
     lm_weight: float = 0.1
@@ -118,6 +128,8 @@ class Mixture:
     aligned_modulus: int = 1
     aligned_phase: int = 0
     aligned_fraction: float = 1.0
+    aligned_decoys: int = 0
+    aligned_decoy_modulus: int = 0
 
     def __post_init__(self) -> None:
         _int("vocab_size", self.vocab_size, 8)
@@ -126,6 +138,7 @@ class Mixture:
         _int("max_records", self.max_records, self.min_records)
         _int("min_demos", self.min_demos, 0, self.max_records - 1)
         _int("max_demos", self.max_demos, self.min_demos, self.max_records - 1)
+        _int("min_undemonstrated", self.min_undemonstrated, 1, self.max_records)
         _frac("contiguous_fraction", self.contiguous_fraction)
         _frac("lm_fraction", self.lm_fraction)
         if isinstance(self.lm_weight, bool) or not isinstance(self.lm_weight, (int, float)) or not 0 <= self.lm_weight < float("inf"):
@@ -137,6 +150,10 @@ class Mixture:
         _int("aligned_modulus", self.aligned_modulus, 1)
         _int("aligned_phase", self.aligned_phase, 0, self.aligned_modulus - 1)
         _frac("aligned_fraction", self.aligned_fraction)
+        _int("aligned_decoys", self.aligned_decoys, 0, self.min_records - 1)
+        _int("aligned_decoy_modulus", self.aligned_decoy_modulus, 0, self.aligned_modulus)
+        if self.aligned_decoy_modulus and self.aligned_modulus % self.aligned_decoy_modulus:
+            raise _bad("aligned_decoy_modulus", self.aligned_decoy_modulus, f"0 or a divisor of aligned_modulus={self.aligned_modulus}")
         if not isinstance(self.sparse_start, bool):
             raise _bad("sparse_start", self.sparse_start, "True or False")
         if not (isinstance(self.filler_fraction, (int, float)) and 0 < self.filler_fraction <= 0.5):
@@ -265,7 +282,7 @@ def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, contiguous: 
                 tok, tgt, wts, qry) -> None:
     pools, T = mix.pools, mix.seq_len
     n = int(rng.integers(mix.min_records, limit + 1))
-    d = min(int(rng.integers(mix.min_demos, mix.max_demos + 1)), n - 1)
+    d = max(0, min(int(rng.integers(mix.min_demos, mix.max_demos + 1)), n - mix.min_undemonstrated))
     keys = rng.choice(pools.keys, n, replace=False)
     values = rng.choice(pools.values, n, replace=False)
     tok[:] = pools.filler[rng.integers(len(pools.filler), size=T)]
@@ -283,14 +300,37 @@ def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, contiguous: 
     else:
         gaps = np.concatenate([_composition(before, target + 1, rng), _composition(after, n - target, rng)])
     starts = 1 + np.cumsum(gaps[:n]) + 2 * np.arange(n)
-    tok[starts], tok[starts + 1] = keys, values
     others = np.delete(np.arange(n), target)
+    if aligned is not None and mix.aligned_decoys:
+        decoy_phase = (aligned[1], mix.aligned_decoy_modulus or aligned[0])
+        starts = _move_decoys(starts, others, tail_start, decoy_phase, mix.aligned_decoys, rng)
+    tok[starts], tok[starts + 1] = keys, values
     demos = others[rng.permutation(n - 1)[:d]]
     dpos = tail_start + 2 * np.arange(d)
     tok[dpos], tok[dpos + 1] = keys[demos], values[demos]
     tok[T - 1] = keys[target]
     tgt[dpos], wts[dpos] = values[demos], 1.0
     tgt[T - 1], wts[T - 1], qry[T - 1] = values[target], 1.0, True
+
+
+def _move_decoys(starts: np.ndarray, others: np.ndarray, tail_start: int, phase_of: tuple[int, int], n_decoys: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """Record starts with up to `n_decoys` non-target records moved to free (filler, filler) slots
+    whose first position is at `phase_of` = (phase, modulus)."""
+    phase, modulus = phase_of
+    phase %= modulus
+    starts = starts.copy()
+    taken = np.zeros(tail_start + 1, dtype=bool)
+    taken[0] = True
+    taken[starts], taken[starts + 1] = True, True
+    for record in rng.permutation(others)[:n_decoys]:
+        taken[starts[record]] = taken[starts[record] + 1] = False
+        slots = np.arange(phase, tail_start - 1, modulus)
+        slots = slots[~taken[slots] & ~taken[slots + 1]]
+        if len(slots):
+            starts[record] = int(rng.choice(slots))
+        taken[starts[record]] = taken[starts[record] + 1] = True
+    return starts
 
 
 def _composition(total: int, parts: int, rng: np.random.Generator) -> np.ndarray:

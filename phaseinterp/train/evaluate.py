@@ -4,6 +4,7 @@ permutation tests) are `phaseinterp sweep` / `phaseinterp.measure.phase_sweep`."
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 
 from phaseinterp.measure.intervals import wilson_interval
 from phaseinterp.tasks import RecordLookup
-from phaseinterp.train.data import Mixture
+from phaseinterp.train.data import IGNORE, Mixture, make_batch
 
 #: A run "learned" when its best residue reaches this accuracy on the matched task: it retrieves
 #: through the compressed cache at some phase (a compressed model may fail the others: the effect).
@@ -82,4 +83,60 @@ def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int
     }
 
 
-__all__ = ["LEARNED_BEST", "phase_curve", "rows_for"]
+@torch.no_grad()
+def accuracy_by_undemonstrated(model, mixture: Mixture, *, n_rows: int = 1024, seed: int = 1000, batch_size: int = 256
+                               ) -> dict[str, Any]:
+    """Final-query accuracy on training rows (lookup rows only, after the curriculum and any
+    aligned start, `min_undemonstrated=1`), split by how many haystack records no demonstration
+    repeats. A row with one such record is answerable by exclusion (the value never demonstrated)
+    without matching the key: a model that learned that and not retrieval scores near 1 there and
+    near 1/k with k candidates (docs/training.md, "The exclusion shortcut").
+
+    Returns:
+        {"by_undemonstrated": {k: {"rows", "correct", "accuracy", "wilson_95"}}, "rows", "step", "seed"}.
+    """
+    if isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 1:
+        raise ValueError(f"n_rows={n_rows!r} is invalid: allowed an integer >= 1")
+    lookup_only = dataclasses.replace(mixture, lm_fraction=0.0, min_undemonstrated=1)
+    step = max(mixture.curriculum_steps, mixture.aligned_steps)
+    batch = make_batch(lookup_only, seed, step, n_rows)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        pred = torch.cat([model(batch.tokens[i:i + batch_size].to(device))[:, -1].argmax(-1).cpu()
+                          for i in range(0, n_rows, batch_size)])
+    finally:
+        model.train(was_training)
+    correct = (pred == batch.targets[:, -1]).numpy()
+    keys = mixture.pools.keys
+    tok = batch.tokens.numpy()
+    n_demos = (batch.targets != IGNORE).sum(1).numpy() - 1
+    is_key = (tok >= keys[0]) & (tok <= keys[-1])
+    haystack_end = mixture.seq_len - 1 - 2 * n_demos
+    records = np.array([int(is_key[r, 1:haystack_end[r]].sum()) for r in range(n_rows)])
+    left = records - n_demos
+    out = {}
+    for k in np.unique(left):
+        rows = left == k
+        n, c = int(rows.sum()), int(correct[rows].sum())
+        lo, hi = wilson_interval(np.array([c]), np.array([n]))
+        out[str(int(k))] = {"rows": n, "correct": c, "accuracy": round(c / n, 4), "wilson_95": [round(float(lo[0]), 4), round(float(hi[0]), 4)]}
+    return {"by_undemonstrated": out, "rows": n_rows, "step": step, "seed": seed}
+
+
+def exclusion_summary(by_undemonstrated: dict[str, dict[str, Any]]) -> dict[str, float | int]:
+    """From `accuracy_by_undemonstrated(...)["by_undemonstrated"]`: accuracy with one undemonstrated
+    record (`one`), with several (`several`), and what picking uniformly among the undemonstrated
+    records, exclusion without retrieval, would score on the latter rows (`several_by_exclusion_alone`)."""
+    several = {int(k): v for k, v in by_undemonstrated.items() if k != "1"}
+    rows = sum(v["rows"] for v in several.values())
+    one = by_undemonstrated.get("1", {"rows": 0, "accuracy": float("nan")})
+    return {
+        "one": one["accuracy"], "one_rows": one["rows"],
+        "several": round(sum(v["correct"] for v in several.values()) / rows, 4), "several_rows": rows,
+        "several_by_exclusion_alone": round(sum(v["rows"] / k for k, v in several.items()) / rows, 4),
+    }
+
+
+__all__ = ["LEARNED_BEST", "accuracy_by_undemonstrated", "exclusion_summary", "phase_curve", "rows_for"]

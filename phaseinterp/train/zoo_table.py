@@ -24,7 +24,7 @@ from phaseinterp.config import period_of
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
-from phaseinterp.train.evaluate import LEARNED_BEST, rows_for
+from phaseinterp.train.evaluate import LEARNED_BEST, accuracy_by_undemonstrated, exclusion_summary, rows_for
 from phaseinterp.train.result import FULL_PERIOD, _architecture, sweep_checkpoint
 from phaseinterp.train.zoo import table_period
 
@@ -81,7 +81,7 @@ def aligned_start(mixture: dict[str, Any]) -> dict[str, int] | None:
 
 def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
     head = ("| member | architecture | KV | seed | padding | R | steps (CPU s) | learned | mean % [95% CI] | worst % | "
-            f"{GAP_HEADER} | best r | dominant period | period verdict |\n|" + "---|" * 14 + "\n")
+            f"{GAP_HEADER} | best r | dominant period | period verdict | training rows k = 1 / k >= 2 |\n|" + "---|" * 15 + "\n")
     lines = []
     for r in rows:
         cpu = f" ({r['cpu_time_s']:.0f})" if r["cpu_time_s"] else ""
@@ -92,7 +92,8 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
             f"| {r['member']} | {r['architecture']} | {r['kv_heads']} | {r['seed']} | {r['protocol']} | {r['modulus']} | "
             f"{r['steps']}{cpu} | {learned} | {100 * r['mean']:.1f} [{100 * r['mean_ci'][0]:.1f}, {100 * r['mean_ci'][1]:.1f}] | "
             f"{100 * r['worst']:.1f} | {gap_text(r['gap_pp'], r['gap_heldout_pp'], r['gap_ci_pp'])} | "
-            f"{r['best_residue']} | {r['dominant_period'] if r['dominant_period'] is not None else 'none'} | {r['verdict']} |")
+            f"{r['best_residue']} | {r['dominant_period'] if r['dominant_period'] is not None else 'none'} | {r['verdict']} | "
+            f"{_exclusion_text(r.get('training_rows'))} |")
     curves = "\n".join(f"- {r['model']} ({r['protocol']}): " + " ".join(f"{100 * a:.0f}" for a in r["accuracy"]) for r in rows)
     return (f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
             f"mod R = lcm(S, 8) doubled to span two periods (full attention: 8, tested against period {FULL_PERIOD}); "
@@ -100,9 +101,27 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
             "2,000-replicate logical-example cluster bootstrap; verdicts: permutation tests at 5%; dominant period: the "
             "smallest period whose harmonics carry 90% of the curve's spectral power (\"none\": none < R does). \"learned\": best "
             f"residue >= {100 * LEARNED_BEST:.0f}%. \"first N at r = p\": a phase-aligned start (for its first N steps "
-            "every training query's key sat at residue p mod R; docs/training.md). "
+            "every training query's key sat at residue p mod R; docs/training.md). \"training rows\": final-query accuracy on "
+            "1,024 training rows with k = 1 undemonstrated record (answerable by exclusion, without matching the key) and "
+            "with k >= 2 (exclusion alone scores 1/k there, 0.32 on these rows; `evaluate.accuracy_by_undemonstrated`, "
+            "docs/training.md, \"The exclusion shortcut\"). "
             f"{GAP_NOTE} Loss curves: `assets/checkpoints/zoo/NAME.metrics.jsonl`.\n\n"
             + head + "\n".join(lines) + "\n\nAccuracy (%) by residue r = 0..R-1:\n\n" + curves + "\n")
+
+
+def _exclusion_text(summary: dict[str, Any] | None) -> str:
+    return "" if summary is None else f"{summary['one']:.2f} / {summary['several']:.2f}"
+
+
+def training_rows(card_path: Path) -> dict[str, Any]:
+    """`exclusion_summary` of a zoo checkpoint on its own training mixture (one value per card)."""
+    from phaseinterp.checkpoint import load
+    from phaseinterp.train.data import Mixture
+
+    card = json.loads(card_path.read_text())
+    model = load(card_path.with_suffix(".safetensors"))
+    by_k = accuracy_by_undemonstrated(model, Mixture.from_dict(card["train_config"]["mixture"]))
+    return exclusion_summary(by_k["by_undemonstrated"])
 
 
 def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
@@ -125,11 +144,13 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     kept = _kept_rows(out / "zoo.json", settings, only, {c.stem for c in cards}) if only else {}
     rows = []
     for card in cards:
+        summary = training_rows(card)
         for protocol in protocols:
             if (card.stem, protocol) in kept:
-                rows.append(kept[(card.stem, protocol)])
+                rows.append({**kept[(card.stem, protocol)], "training_rows": summary})
                 continue
-            rows.append(zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot, n_perm=n_perm))
+            rows.append({**zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot, n_perm=n_perm),
+                         "training_rows": summary})
             r = rows[-1]
             print(f"{r['model']:22s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} gap {r['gap_pp']:5.1f} pp "
                   f"period {r['dominant_period']}  {r['verdict']}", flush=True)
@@ -144,7 +165,9 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
                                 "Reproduce: `python -m phaseinterp.train.zoo_table`.\n\n" + note + markdown(rows, n_per_residue))
     payload = {"protocol": settings, "rows": rows, "not_trained": missing, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
-    pd.DataFrame([{k: v for k, v in r.items() if k not in ("accuracy", "task")} for r in rows]).to_csv(out / "zoo.csv", index=False)
+    flat = [{**{k: v for k, v in r.items() if k not in ("accuracy", "task", "training_rows")},
+             **{f"training_rows_{k}": v for k, v in (r.get("training_rows") or {}).items()}} for r in rows]
+    pd.DataFrame(flat).to_csv(out / "zoo.csv", index=False)
     return rows
 
 
