@@ -51,8 +51,8 @@ GATE_BIAS_INIT_STD = 2.0
 ALIGNED_FROM_WINDOW = 12
 ALIGNED_STEPS = 2000
 #: Records the rule's rows leave undemonstrated (`Mixture.min_undemonstrated`). 3 removes the
-#: exclusion shortcut every unlearned zoo run took, but it changed which W8/S8 seed learns rather
-#: than adding one (docs/training.md, "The exclusion shortcut"), so the rule keeps 1.
+#: exclusion shortcut every unlearned zoo run took, but W8/S8 then learned in 2 of 6 seeds against
+#: 4 of 6 with 1 (docs/training.md, "The exclusion shortcut"), so the rule keeps 1.
 MIN_UNDEMONSTRATED = 1
 N_HEADS = 4
 LOCAL_WINDOW = 16
