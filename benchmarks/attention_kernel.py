@@ -1,6 +1,8 @@
 """One layer's attention alone at 16k tokens (the attention benchmark's shape: 4 query heads, 1 KV
 head of 64, W8/S8, L = 16, float32, one thread): the compressed paths as ratios of the
-full-attention twin's causal flash attention, CPU time, best of 3.
+full-attention twin's causal flash attention, CPU time, best of 3; and the speed of the CPU flash
+kernel in both (GFLOP/s of the visible query-key pairs: 4 FLOPs per pair and channel), which is
+what keeps the entries above their share of the pairs (docs/performance.md).
 
     python benchmarks/attention_kernel.py
 """
@@ -41,6 +43,9 @@ def main(T: int = 16384) -> dict:
                 "phase_entries_only": lambda: phase._entries(cc, q, ek, ev, 0.125),
                 "phase_local_only": lambda: phase._local(cc, q, k, v, 0.125, None)}
         out = {"seq_len": T, "full_seconds": full, **{f"{name}_vs_full": cpu_seconds(fn) / full for name, fn in runs.items()}}
+    n_heads, d, E, n = q.shape[2], q.shape[3], cc.entry_stride, ek.shape[1]
+    out["full_gflop_per_s"] = n_heads * T * (T + 1) / 2 * 4 * d / full / 1e9
+    out["entries_gflop_per_s"] = n_heads * E * n * (n + 1) / 2 * 4 * d / (out["phase_entries_only_vs_full"] * full) / 1e9
     print(json.dumps(out))
     return out
 

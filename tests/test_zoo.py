@@ -402,6 +402,13 @@ def test_min_undemonstrated_leaves_more_than_the_target_undemonstrated():
     assert np.all(left >= np.minimum(n, 3)) and np.any(n == 2) and np.any(left > 3)
     with pytest.raises(ValueError, match=re.escape("min_undemonstrated=0 is invalid: allowed an integer >= 1 and <= 10")):
         Mixture(min_undemonstrated=0)
+    late = dataclasses.replace(three, min_undemonstrated_from=200)
+    assert [late.undemonstrated_at(step) for step in (0, 199, 200)] == [1, 1, 3]
+    assert make_batch(late, 5, 199, 64).tokens.equal(make_batch(mix, 5, 199, 64).tokens)
+    assert make_batch(late, 5, 200, 64).tokens.equal(make_batch(three, 5, 200, 64).tokens)
+    assert not make_batch(late, 5, 200, 64).tokens.equal(make_batch(mix, 5, 200, 64).tokens)
+    with pytest.raises(ValueError, match=re.escape("min_undemonstrated_from=-1 is invalid: allowed an integer >= 0")):
+        Mixture(min_undemonstrated_from=-1)
 
 
 class _LookupOracle(torch.nn.Module):

@@ -72,6 +72,8 @@ class Mixture:
             the row has fewer records). At 1, most rows demonstrate every record but the target,
             whose value is then the one never demonstrated: answerable by exclusion, without
             matching the query's key (docs/training.md, "The exclusion shortcut").
+        min_undemonstrated_from: the step from which `min_undemonstrated` applies (before it: 1),
+            so that a run can learn exclusion first and lose the shortcut later (0 = from the start).
         contiguous_fraction: share of lookup rows whose records form one contiguous block.
         lm_fraction: share of rows that are language rows.
         lm_weight: loss weight of one language token relative to one lookup answer.
@@ -115,6 +117,7 @@ class Mixture:
     min_demos: int = 3
     max_demos: int = 9
     min_undemonstrated: int = 1
+    min_undemonstrated_from: int = 0
     contiguous_fraction: float = 0.5
     lm_fraction: float = 0.1
     lm_weight: float = 0.1
@@ -139,6 +142,7 @@ class Mixture:
         _int("min_demos", self.min_demos, 0, self.max_records - 1)
         _int("max_demos", self.max_demos, self.min_demos, self.max_records - 1)
         _int("min_undemonstrated", self.min_undemonstrated, 1, self.max_records)
+        _int("min_undemonstrated_from", self.min_undemonstrated_from, 0)
         _frac("contiguous_fraction", self.contiguous_fraction)
         _frac("lm_fraction", self.lm_fraction)
         if isinstance(self.lm_weight, bool) or not isinstance(self.lm_weight, (int, float)) or not 0 <= self.lm_weight < float("inf"):
@@ -190,6 +194,10 @@ class Mixture:
         if not self.sparse_start or self.curriculum_steps == 0 or step >= self.curriculum_steps:
             return self.contiguous_fraction
         return self.contiguous_fraction * step / self.curriculum_steps
+
+    def undemonstrated_at(self, step: int) -> int:
+        """Records a row leaves undemonstrated at `step` (at least; fewer records leave all)."""
+        return self.min_undemonstrated if step >= self.min_undemonstrated_from else 1
 
     def aligned_at(self, step: int) -> tuple[int, int] | None:
         """(modulus, phase) the target key's position keeps at `step`, or None (uniform)."""
@@ -279,10 +287,10 @@ def _aligned_offset(free: int, first: int, aligned: tuple[int, int], rng: np.ran
 
 
 def _lookup_row(mix: Mixture, rng: np.random.Generator, limit: int, contiguous: float, aligned: tuple[int, int] | None,
-                tok, tgt, wts, qry) -> None:
+                undemonstrated: int, tok, tgt, wts, qry) -> None:
     pools, T = mix.pools, mix.seq_len
     n = int(rng.integers(mix.min_records, limit + 1))
-    d = max(0, min(int(rng.integers(mix.min_demos, mix.max_demos + 1)), n - mix.min_undemonstrated))
+    d = max(0, min(int(rng.integers(mix.min_demos, mix.max_demos + 1)), n - undemonstrated))
     keys = rng.choice(pools.keys, n, replace=False)
     values = rng.choice(pools.values, n, replace=False)
     tok[:] = pools.filler[rng.integers(len(pools.filler), size=T)]
@@ -380,6 +388,7 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
     limit = mixture.records_limit(step)
     contiguous = mixture.contiguous_at(step)
     aligned = mixture.aligned_at(step)
+    undemonstrated = mixture.undemonstrated_at(step)
     rng = np.random.default_rng([seed, step, 0x7EA1])
     kinds = rng.random(batch_size) < mixture.lm_fraction
     lm_rows = np.flatnonzero(kinds)
@@ -391,7 +400,7 @@ def make_batch(mixture: Mixture, seed: int, step: int, batch_size: int) -> Train
         # a fraction of 1 draws no random number, so fully aligned batches are those of the runs before the field existed
         whole = aligned is None or mixture.aligned_fraction == 1
         row_aligned = aligned if whole or rng.random() < mixture.aligned_fraction else None
-        _lookup_row(mixture, rng, limit, contiguous, row_aligned, tok[b], tgt[b], wts[b], qry[b])
+        _lookup_row(mixture, rng, limit, contiguous, row_aligned, undemonstrated, tok[b], tgt[b], wts[b], qry[b])
     lookup = (tgt != IGNORE) & ~kinds[:, None]
     return TrainBatch(torch.from_numpy(tok), torch.from_numpy(tgt), torch.from_numpy(wts),
                       torch.from_numpy(qry), torch.from_numpy(lookup))
