@@ -140,16 +140,22 @@ def pattern_bytes(seq_len: int) -> int:
     return cfg.n_layers * cfg.n_heads * seq_len * seq_len * 4
 
 
+def in_fresh_process(module: str, call: str, env: dict | None = None) -> dict:
+    """The JSON-ready result of `module.call` (a call expression on a module of benchmarks/) in a
+    fresh interpreter, so that no measurement inherits another's allocator or compiled code."""
+    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import {module} as b; "
+            f"print(json.dumps(b.{call}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run_isolated(kind: str, seq_len: int, runner: str, device: str, repeats: int) -> dict:
     """Time in one fresh process, peak memory in another: the allocator setting that makes RSS
     follow the live tensors (every allocation above 128 KB its own mapping, returned when freed)
     also makes each allocation pay for fresh pages, which would bias the time of the path that
     allocates more."""
     def one(reps: int, env: dict) -> dict:
-        code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import attention as b; "
-                f"print(json.dumps(b.measure({kind!r}, {seq_len}, {runner!r}, {device!r}, {reps})))")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return in_fresh_process("attention", f"measure({kind!r}, {seq_len}, {runner!r}, {device!r}, {reps})", env)
 
     timed = one(repeats, dict(os.environ))
     if device != "cuda":

@@ -14,7 +14,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,13 +23,16 @@ import torch
 from phaseinterp import HookedCompressedTransformer, __version__
 
 sys.path.insert(0, str(Path(__file__).parent))
-from attention import bench_config  # noqa: E402
+from attention import bench_config, in_fresh_process  # noqa: E402
+
+
+def _model_and_tokens(kind: str, seq_len: int) -> tuple[HookedCompressedTransformer, torch.Tensor]:
+    torch.set_num_threads(1)
+    return HookedCompressedTransformer(bench_config(kind, seq_len), seed=0).eval(), torch.randint(0, 512, (1, seq_len))
 
 
 def measure(kind: str, seq_len: int, compiled: bool, repeats: int) -> dict:
-    torch.set_num_threads(1)
-    model = HookedCompressedTransformer(bench_config(kind, seq_len), seed=0).eval()
-    tokens = torch.randint(0, 512, (1, seq_len))
+    model, tokens = _model_and_tokens(kind, seq_len)
     fn = torch.compile(model, dynamic=False) if compiled else model
     with torch.no_grad():
         start = time.process_time()
@@ -46,18 +48,13 @@ def measure(kind: str, seq_len: int, compiled: bool, repeats: int) -> dict:
 
 def compiled_vs_eager(kind: str, seq_len: int) -> float:
     """Largest absolute difference between the compiled and the eager forward's logits."""
-    torch.set_num_threads(1)
-    model = HookedCompressedTransformer(bench_config(kind, seq_len), seed=0).eval()
-    tokens = torch.randint(0, 512, (1, seq_len))
+    model, tokens = _model_and_tokens(kind, seq_len)
     with torch.no_grad():
         return float((model(tokens) - torch.compile(model, dynamic=False)(tokens)).abs().max())
 
 
 def run_isolated(kind: str, seq_len: int, compiled: bool, repeats: int) -> dict:
-    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import attention_compiled as b; "
-            f"print(json.dumps(b.measure({kind!r}, {seq_len}, {compiled}, {repeats})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return in_fresh_process("attention_compiled", f"measure({kind!r}, {seq_len}, {compiled}, {repeats})")
 
 
 def main() -> None:

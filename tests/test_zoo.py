@@ -347,16 +347,18 @@ def test_report_names_the_aligned_start_of_exactly_the_members_the_rule_aligns()
     assert (table["aligned start"] != "").sum() == 2 * 8  # W12/S12, W16/S16, W16/S8, uniform: 2 seeds x 2 protocols
 
 
+def _haystack_keys(batch, mix: Mixture):
+    """Per lookup row: (positions of its haystack keys, the row's tokens, its demonstrations)."""
+    tok = batch.tokens.numpy()
+    for r in np.flatnonzero(batch.query.numpy().any(1)):
+        n_demos = int((batch.targets[r] != -100).sum()) - 1
+        pos = np.arange(1, mix.seq_len - 1 - 2 * n_demos)
+        yield pos[(tok[r, pos] >= mix.pools.keys[0]) & (tok[r, pos] <= mix.pools.keys[-1])], tok[r], n_demos
+
+
 def _haystack_keys_at(batch, mix: Mixture, modulus: int, phase: int) -> list[int]:
     """Per lookup row: haystack keys (not the target's) whose position is `phase` mod `modulus`."""
-    tok = batch.tokens.numpy()
-    counts = []
-    for r in np.flatnonzero(batch.query.numpy().any(1)):
-        tail = mix.seq_len - 1 - 2 * (int((batch.targets[r] != -100).sum()) - 1)
-        pos = np.arange(1, tail)
-        is_key = (tok[r, 1:tail] >= mix.pools.keys[0]) & (tok[r, 1:tail] <= mix.pools.keys[-1]) & (tok[r, 1:tail] != tok[r, -1])
-        counts.append(int(np.sum(is_key & (pos % modulus == phase))))
-    return counts
+    return [int(np.sum((pos % modulus == phase) & (row[pos] != row[-1]))) for pos, row, _ in _haystack_keys(batch, mix)]
 
 
 def test_aligned_decoys_put_another_record_at_the_aligned_phase_without_moving_the_target():
@@ -383,14 +385,7 @@ def test_aligned_decoys_put_another_record_at_the_aligned_phase_without_moving_t
 
 def _undemonstrated(batch, mix: Mixture) -> np.ndarray:
     """Per lookup row: (haystack records, those whose key no demonstration repeats)."""
-    tok, T = batch.tokens.numpy(), mix.seq_len
-    out = []
-    for r in np.flatnonzero(batch.query.numpy().any(1)):
-        n_demos = int((batch.targets[r] != -100).sum()) - 1
-        hay = tok[r, 1:T - 1 - 2 * n_demos]
-        n = int(np.sum((hay >= mix.pools.keys[0]) & (hay <= mix.pools.keys[-1])))
-        out.append((n, n - n_demos))
-    return np.array(out)
+    return np.array([(len(pos), len(pos) - n_demos) for pos, _, n_demos in _haystack_keys(batch, mix)])
 
 
 def test_min_undemonstrated_leaves_more_than_the_target_undemonstrated():
