@@ -287,3 +287,28 @@ def test_rolling_the_gate_index_in_place_reaches_the_forward():
         expected = comp(h)
     assert not torch.allclose(rolled, clean)
     torch.testing.assert_close(rolled, expected)
+
+
+@pytest.mark.parametrize("gate_maps", ["per_offset", "shared"])
+@pytest.mark.parametrize("kv_heads", [1, 4])
+def test_narrow_gate_logits_without_autograd_equal_the_einsum(kv_heads, gate_maps):
+    """Without autograd, scalar-gate logits go through one matmul per window offset
+    (`compressor._through_maps`); with it, through the einsum. Both give the same entries."""
+    from phaseinterp.model import compressor
+
+    cc = CompressionConfig(window=6, stride=4, gate="scalar", gate_maps=gate_maps, local_window=4)
+    cfg = tiny_cfg([cc], n_kv_heads=kv_heads)
+    comp = noisy_model(cfg).blocks[0].attn.compress_k
+    assert comp.W_Z.shape[-1] == kv_heads <= compressor.NARROW_LOGITS
+    h = torch.randn(3, 29, cfg.d_model, generator=torch.Generator().manual_seed(1))
+    with_grad = comp(h)
+    assert with_grad.requires_grad
+    with torch.no_grad():
+        logits = []
+        handle = comp.hook_gate_logits.register_forward_hook(lambda m, i, o: logits.append(o))
+        without = comp(h)
+        handle.remove()
+    torch.testing.assert_close(without, with_grad.detach(), atol=1e-5, rtol=1e-5)
+    windows = h[:, window_positions(cc, 29).clamp(min=0)]
+    expected = torch.einsum("bnwd,wde->bnwe", windows, comp.W_Z[comp.gate_index]) + comp.b_Z
+    torch.testing.assert_close(logits[0], expected.detach(), atol=1e-5, rtol=1e-5)

@@ -75,6 +75,22 @@ def _consecutive(index: Tensor) -> bool:
     return bool((index == torch.arange(index.numel(), device=index.device)).all())
 
 
+#: Gate logits at most this wide go through one matmul per window offset when no gradient is
+#: recorded (`_through_maps`).
+NARROW_LOGITS = 4
+
+
+def _through_maps(windows: Float[Tensor, "batch entry window d_model"], maps: Float[Tensor, "window d_model out"]
+                  ) -> Float[Tensor, "batch entry window out"]:
+    """Slot i of every window through map i. For narrow outputs (scalar gates) the batched matmul
+    that einsum picks first copies the windows offset-major; one matmul per offset reads them in
+    place, 4-7x faster on CPU at 16k tokens. Its backward is slower, so autograd keeps the einsum."""
+    if torch.compiler.is_compiling() or maps.shape[-1] > NARROW_LOGITS or (
+            torch.is_grad_enabled() and (windows.requires_grad or maps.requires_grad)):
+        return torch.einsum("bnwd,wde->bnwe", windows, maps)
+    return torch.stack([windows[:, :, i] @ maps[i] for i in range(maps.shape[0])], dim=2)
+
+
 class Compressor(nn.Module):
     """Hooks: `hook_gate_logits`, `hook_gate` [batch, entry, offset, kv_head(, d_head)] and
     `hook_out` [batch, entry, kv_head, d_head] (normed entries, before RoPE)."""
@@ -124,7 +140,7 @@ class Compressor(nn.Module):
         payload = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_C, "payload_index", chunking * n_maps(cc, cc.payload)))
         if not self.kind.learned:
             return payload, None
-        logits = torch.einsum("bnwd,wde->bnwe", windows, self._maps_of(self.W_Z, "gate_index", chunking * n_maps(cc, cc.gate_maps)))
+        logits = _through_maps(windows, self._maps_of(self.W_Z, "gate_index", chunking * n_maps(cc, cc.gate_maps)))
         if cc.offset_bias:
             logits = logits + self.b_Z[chunking * cc.window:(chunking + 1) * cc.window]
         return payload, logits
