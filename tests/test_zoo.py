@@ -241,6 +241,24 @@ def test_zoo_table_reports_a_run_that_did_not_learn_with_its_budget(tmp_path):
     assert summary["one"] < 0.2 and summary["several"] < 0.2  # two steps: neither exclusion nor retrieval
     assert f"| {summary['one']:.2f} / {summary['several']:.2f} |" in text
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["zoo.csv", "zoo.json", "zoo.md"]
+    assert "Not trained yet (23 of 24 runs;" in text and "zoo-w4s4-s1, zoo-w8s8-s0" in text
+
+
+def test_zoo_table_names_the_runs_its_folder_should_hold_and_its_command(tmp_path):
+    from phaseinterp.train import zoo_table
+
+    zoo = tmp_path / "zoo"
+    assert main(["train", "--recipe", "rule", "--window", "4", "--stride", "4", "--steps", "2", "--out", str(tmp_path / "run"),
+                 "--no-progress", "--eval-examples", "1", "--ship", str(zoo), "--name", "zoo-w4s4-s2"]) == 0
+    sweep = ["--checkpoints", str(zoo), "--n-per-residue", "2", "--n-boot", "10", "--n-perm", "10", "--protocols", "prefix"]
+    assert zoo_table.main([*sweep, "--out", str(tmp_path / "a"), "--members", "w4s4", "w8s8", "--seeds", "2", "3"]) == 0
+    text = (tmp_path / "a" / "zoo.md").read_text()
+    assert "Not trained yet (3 of 4 runs; `python scripts/train_zoo.py --members w4s4 w8s8 --seeds 2 3` trains what is missing): zoo-w4s4-s3, zoo-w8s8-s2, zoo-w8s8-s3." in text
+    assert f"Reproduce: `python -m phaseinterp.train.zoo_table {' '.join(sweep)} --out {tmp_path / 'a'} --members w4s4 w8s8 --seeds 2 3`." in text
+    assert zoo_table.main([*sweep, "--out", str(tmp_path / "a"), "--members", "w4s4", "--seeds", "2", "--only", "zoo-w4s4-s2"]) == 0
+    text = (tmp_path / "a" / "zoo.md").read_text()
+    assert "Not trained yet" not in text  # one member, one seed: nothing missing
+    assert f"--members w4s4 --seeds 2`." in text and "--only" not in text
 
 
 def test_zoo_table_only_resweeps_the_named_cards_and_keeps_the_other_rows(tmp_path):

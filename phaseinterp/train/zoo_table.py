@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, accuracy_by_undemonstrated, exclusion_summary, rows_for
 from phaseinterp.train.result import FULL_PERIOD, _architecture, sweep_checkpoint
-from phaseinterp.train.zoo import table_period
+from phaseinterp.train.zoo import ZOO, table_period
 
 #: share of the residue curve's variance that period-d patterns must explain for d to be its period
 PERIOD_SHARE = 0.9
@@ -126,9 +127,11 @@ def training_rows(card_path: Path) -> dict[str, Any]:
 
 def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
         n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS, width: int | None = None,
-        kv_heads: int | None = None, only: list[str] | None = None) -> list[dict[str, Any]]:
-    """Sweep every zoo card in `checkpoints`; write zoo.md, zoo.json and zoo.csv to `out`. `width` and
-    `kv_heads` name the zoo the folder should hold (`zoo_name`), for the list of runs not trained yet.
+        kv_heads: int | None = None, only: list[str] | None = None, members: list[str] | None = None,
+        seeds: tuple[int, ...] = (0, 1), command: str = "python -m phaseinterp.train.zoo_table") -> list[dict[str, Any]]:
+    """Sweep every zoo card in `checkpoints`; write zoo.md, zoo.json and zoo.csv to `out`. `width`,
+    `kv_heads`, `members` (default: all of `ZOO`) and `seeds` name the zoo the folder should hold
+    (`zoo_name`), for the list of runs not trained yet; `command` is the table's "Reproduce" line.
     `only` (card names) sweeps those cards and keeps every other card's rows from `out/zoo.json`,
     which must have been written with the same sweep settings."""
     import pandas as pd
@@ -154,15 +157,17 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
             r = rows[-1]
             print(f"{r['model']:22s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} gap {r['gap_pp']:5.1f} pp "
                   f"period {r['dominant_period']}  {r['verdict']}", flush=True)
-    from phaseinterp.train.zoo import WIDTH, ZOO, zoo_name
+    from phaseinterp.train.zoo import WIDTH, zoo_name
 
-    names = [zoo_name(m, seed, width=width or WIDTH, kv_heads=kv_heads) for m in ZOO for seed in (0, 1)]
+    names = [zoo_name(m, seed, width=width or WIDTH, kv_heads=kv_heads) for m in members or ZOO for seed in seeds]
     missing = [n for n in names if not (checkpoints / f"{n}.json").is_file()]
-    note = (f"Not trained yet ({len(missing)} of {2 * len(ZOO)} runs; `python scripts/train_zoo.py` trains what is "
+    train = "python scripts/train_zoo.py" + (f" --members {' '.join(members)}" if members else "") + (
+        f" --seeds {' '.join(map(str, seeds))}" if tuple(seeds) != (0, 1) else "")
+    note = (f"Not trained yet ({len(missing)} of {len(names)} runs; `{train}` trains what is "
             f"missing): {', '.join(missing)}.\n\n" if missing else "")
     out.mkdir(parents=True, exist_ok=True)
     (out / "zoo.md").write_text("# The zoo: phase curves of every compressor (PAPER.md claims 1-3)\n\n"
-                                "Reproduce: `python -m phaseinterp.train.zoo_table`.\n\n" + note + markdown(rows, n_per_residue))
+                                f"Reproduce: `{command}`.\n\n" + note + markdown(rows, n_per_residue))
     payload = {"protocol": settings, "rows": rows, "not_trained": missing, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
     flat = [{**{k: v for k, v in r.items() if k not in ("accuracy", "task", "training_rows")},
@@ -185,6 +190,17 @@ def _kept_rows(previous: Path, settings: dict[str, int], only: list[str], names:
     return {(r["model"], r["protocol"]): r for r in table["rows"] if r["model"] not in only}
 
 
+def _without_only(argv: list[str]) -> list[str]:
+    """The arguments that reproduce the whole table: `--only` and its names dropped."""
+    kept, skipping = [], False
+    for a in argv:
+        if a.startswith("--"):
+            skipping = a == "--only" or a.startswith("--only=")
+        if not skipping:
+            kept.append(a)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--checkpoints", type=Path, default=Path("assets/checkpoints/zoo"))
@@ -197,9 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-heads", type=int, help="the zoo's KV heads, when overridden (names the missing runs)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="sweep only these cards (e.g. zoo-w12s12-s0) and keep the "
                    "other cards' rows from OUT/zoo.json")
+    p.add_argument("--members", nargs="+", choices=list(ZOO), help="the members the folder should hold (default: all)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="the seeds the folder should hold (default: 0 1)")
     args = p.parse_args(argv)
+    command = " ".join(["python -m phaseinterp.train.zoo_table", *_without_only(sys.argv[1:] if argv is None else argv)])
     run(args.checkpoints, args.out, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm,
-        protocols=tuple(args.protocols), width=args.width, kv_heads=args.kv_heads, only=args.only)
+        protocols=tuple(args.protocols), width=args.width, kv_heads=args.kv_heads, only=args.only,
+        members=args.members, seeds=tuple(args.seeds), command=command)
     return 0
 
 
