@@ -137,6 +137,12 @@ def test_every_shipped_checkpoint_carries_a_digest_and_an_edit_of_it_is_caught(t
         phaseinterp.load(tmp_path / "w4s4-edited.safetensors")
 
 
+def test_shipped_checkpoints_stay_within_the_60_mb_budget():
+    """The zoo issue's budget for the repository's checkpoints (docs/training.md)."""
+    total = sum(p.stat().st_size for p in SHIPPED)
+    assert total < 60e6, f"shipped checkpoints take {total / 1e6:.1f} MB, budget 60 MB: drop or shrink some"
+
+
 def test_a_checkpoint_without_a_digest_loads_with_a_warning(tmp_path):
     noisy_model(tiny_cfg(["full"])).save(tmp_path / "m.safetensors")
     from safetensors import safe_open

@@ -259,6 +259,7 @@ def test_zoo_table_names_the_runs_its_folder_should_hold_and_its_command(tmp_pat
     text = (tmp_path / "a" / "zoo.md").read_text()
     assert "Not trained yet" not in text  # one member, one seed: nothing missing
     assert f"--members w4s4 --seeds 2`." in text and "--only" not in text
+    assert f"Loss curves: `{zoo.as_posix()}/NAME.metrics.jsonl`." in text
 
 
 def test_zoo_table_only_resweeps_the_named_cards_and_keeps_the_other_rows(tmp_path):

@@ -80,7 +80,8 @@ def aligned_start(mixture: dict[str, Any]) -> dict[str, int] | None:
     return {k: mixture[f"aligned_{k}"] for k in ("steps", "modulus", "phase")}
 
 
-def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
+def markdown(rows: list[dict[str, Any]], n_per_residue: int, loss_curves: str = "assets/checkpoints/zoo") -> str:
+    """The table, its legend and the accuracy curves; `loss_curves` is the folder of the runs' metrics.jsonl."""
     head = ("| member | architecture | KV | seed | padding | R | steps (CPU s) | learned | mean % [95% CI] | worst % | "
             f"{GAP_HEADER} | best r | dominant period | period verdict | training rows k = 1 / k >= 2 |\n|" + "---|" * 15 + "\n")
     lines = []
@@ -106,7 +107,7 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int) -> str:
             "1,024 training rows with k = 1 undemonstrated record (answerable by exclusion, without matching the key) and "
             "with k >= 2 (exclusion alone scores 1/k there, 0.32 on these rows; `evaluate.accuracy_by_undemonstrated`, "
             "docs/training.md, \"The exclusion shortcut\"). "
-            f"{GAP_NOTE} Loss curves: `assets/checkpoints/zoo/NAME.metrics.jsonl`.\n\n"
+            f"{GAP_NOTE} Loss curves: `{loss_curves}/NAME.metrics.jsonl`.\n\n"
             + head + "\n".join(lines) + "\n\nAccuracy (%) by residue r = 0..R-1:\n\n" + curves + "\n")
 
 
@@ -167,7 +168,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
             f"missing): {', '.join(missing)}.\n\n" if missing else "")
     out.mkdir(parents=True, exist_ok=True)
     (out / "zoo.md").write_text("# The zoo: phase curves of every compressor (PAPER.md claims 1-3)\n\n"
-                                f"Reproduce: `{command}`.\n\n" + note + markdown(rows, n_per_residue))
+                                f"Reproduce: `{command}`.\n\n" + note + markdown(rows, n_per_residue, checkpoints.as_posix()))
     payload = {"protocol": settings, "rows": rows, "not_trained": missing, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
     flat = [{**{k: v for k, v in r.items() if k not in ("accuracy", "task", "training_rows")},
