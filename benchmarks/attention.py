@@ -211,7 +211,8 @@ def main() -> None:
     result = {"benchmark": "attention", "device": args.device, "torch": torch.__version__, "phaseinterp": __version__,
               "python": platform.python_version(), "threads": 1 if args.device == "cpu" else None,
               "targets": {"time_ratio_at_16k": 0.3, "memory_ratio_at_16k": 1.0,
-                          "memory_ratio_cached_patterns_at_16k": 0.15, "hook_overhead": 0.05}, "rows": rows}
+                          "memory_ratio_cached_patterns_at_16k": 0.15, "hook_overhead": 0.05}, "rows": rows,
+              "command": " ".join(["python", *sys.argv])}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
 

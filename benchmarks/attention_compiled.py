@@ -61,7 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seq-len", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/attention_compiled.json")
     parser.add_argument("--check", type=int, metavar="SEQ_LEN",
                         help="only print the compiled-vs-eager logit difference of both twins at this length")
@@ -85,7 +85,7 @@ def main() -> None:
               "torch": torch.__version__, "phaseinterp": __version__, "python": platform.python_version(),
               "target_time_ratio": 0.3, "time_ratio_eager": median("ratio_eager"),
               "time_ratio_compiled": median("ratio_compiled"), "rounds": rounds,
-              "command": "python benchmarks/attention_compiled.py --out benchmarks/results/attention_compiled.json"}
+              "command": " ".join(["python", *sys.argv])}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
