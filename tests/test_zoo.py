@@ -366,6 +366,22 @@ def test_report_names_the_aligned_start_of_exactly_the_members_the_rule_aligns()
     assert (table["aligned start"] != "").sum() == 2 * 8  # W12/S12, W16/S16, W16/S8, uniform: 2 seeds x 2 protocols
 
 
+def test_learned_share_counts_a_seed_once_when_either_protocol_learned(tmp_path):
+    from phaseinterp.report.zoo import SEEDS, learned_share, zoo_section
+
+    rows = [{"member": "a", "seed": 0, "learned": False}, {"member": "a", "seed": 0, "learned": True},
+            {"member": "a", "seed": 1, "learned": False}, {"member": "a", "seed": 1, "learned": False},
+            {"member": "a", "seed": 2, "learned": True}, {"member": "b", "seed": 0, "learned": True}]
+    assert learned_share(rows, members={"a"}) == {"a": (2, 3)}
+    assert learned_share(rows, members={"a", "b", "c"}) == {"a": (2, 3), "b": (1, 1)}
+    if not SEEDS.is_file():
+        pytest.skip("no table of further seeds shipped")
+    section = zoo_section()
+    assert len(section.tables) == 2 and "seeds that learned in at least one padding protocol" in section.text
+    assert section.tables[1]["model"].str.endswith(("-s2", "-s3")).all()
+    assert len(zoo_section(seeds=tmp_path / "none.json").tables) == 1
+
+
 def _haystack_keys(batch, mix: Mixture):
     """Per lookup row: (positions of its haystack keys, the row's tokens, its demonstrations)."""
     tok = batch.tokens.numpy()

@@ -11,25 +11,20 @@ from phaseinterp.report.document import Section
 from phaseinterp.tasks.names import PROTOCOLS
 
 RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "zoo.json"
+#: more seeds of the members whose zoo seed failed (`assets/results/zoo-seeds`, docs/training.md)
+SEEDS = RESULTS.parent / "zoo-seeds" / "zoo.json"
 
 
-def zoo_section(path: Path = RESULTS):
-    """The report section of the shipped zoo table: the table and the prefix-padding curves."""
-    import pandas as pd
-
+def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS):
+    """The report section of the shipped zoo table: the table and the prefix-padding curves; with
+    the table of further seeds (when shipped), each member's share of seeds that learned."""
     from phaseinterp.plot import zoo_figure
 
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: train the zoo (scripts/train_zoo.py), then "
                                 "`python -m phaseinterp.train.zoo_table`")
     rows = json.loads(path.read_text())["rows"]
-    table = pd.DataFrame([{"model": r["model"], "architecture": r["architecture"], "KV heads": r["kv_heads"],
-                           "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"],
-                           "aligned start": _aligned_text(r.get("aligned_start")), "learned": r["learned"],
-                           "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
-                           "held-out gap [CI]": heldout_text(r["gap_heldout_pp"], r["gap_ci_pp"]), "best r": r["best_residue"],
-                           "dominant period": r["dominant_period"], "verdict": r["verdict"],
-                           **_training_rows(r.get("training_rows"))} for r in rows])
+    more = json.loads(seeds.read_text())["rows"] if seeds.is_file() else []
     text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
             "record-lookup task at residues mod lcm(S, 8). 'learned': best residue >= 80%. A learned compressed "
             "model should show dominant period S; full attention should be flat. 'aligned start': for its first N steps "
@@ -40,8 +35,37 @@ def zoo_section(path: Path = RESULTS):
             "(exclusion alone: 0.32); every run that did not learn scores high on the first and near 0.32 on the second "
             "(docs/training.md, 'The exclusion shortcut'). Regenerate with "
             "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
-    return Section("The zoo: phase curves of every compressor", text, [table],
+    tables = [_table(rows)]
+    if more:
+        rates = learned_share(rows + more, members={r["member"] for r in more})
+        text += (" Second table: more seeds of the members whose zoo seed failed (assets/results/zoo-seeds, "
+                 "docs/training.md); seeds that learned in at least one padding protocol, of all seeds run: "
+                 + "; ".join(f"{m} {k} of {n}" for m, (k, n) in sorted(rates.items())) + ".")
+        tables.append(_table(more))
+    return Section("The zoo: phase curves of every compressor", text, tables,
                    [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
+
+
+def learned_share(rows: list[dict], members: set[str]) -> dict[str, tuple[int, int]]:
+    """Per member in `members`: (seeds that learned in at least one protocol, seeds in `rows`)."""
+    seeds: dict[str, dict[int, bool]] = {}
+    for r in rows:
+        if r["member"] in members:
+            by_seed = seeds.setdefault(r["member"], {})
+            by_seed[r["seed"]] = by_seed.get(r["seed"], False) or bool(r["learned"])
+    return {m: (sum(s.values()), len(s)) for m, s in seeds.items()}
+
+
+def _table(rows: list[dict]):
+    import pandas as pd
+
+    return pd.DataFrame([{"model": r["model"], "architecture": r["architecture"], "KV heads": r["kv_heads"],
+                          "padding": r["protocol"], "R": r["modulus"], "steps": r["steps"],
+                          "aligned start": _aligned_text(r.get("aligned_start")), "learned": r["learned"],
+                          "mean %": 100 * r["mean"], "worst %": 100 * r["worst"], "gap pp": r["gap_pp"],
+                          "held-out gap [CI]": heldout_text(r["gap_heldout_pp"], r["gap_ci_pp"]), "best r": r["best_residue"],
+                          "dominant period": r["dominant_period"], "verdict": r["verdict"],
+                          **_training_rows(r.get("training_rows"))} for r in rows])
 
 
 def _training_rows(summary: dict | None) -> dict[str, float]:
@@ -52,4 +76,4 @@ def _aligned_text(aligned: dict | None) -> str:
     return "" if not aligned else f"r = {aligned['phase']} mod {aligned['modulus']}, first {aligned['steps']} steps"
 
 
-__all__ = ["RESULTS", "zoo_section"]
+__all__ = ["RESULTS", "SEEDS", "learned_share", "zoo_section"]
