@@ -86,7 +86,8 @@ def _device(model: Any, device: torch.device | str | None) -> torch.device:
 
 
 @contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
+def eval_mode(model: Any) -> Iterator[None]:
+    """Run the block with `model` in eval mode (dropout off), restoring its training flag after."""
     was = isinstance(model, torch.nn.Module) and model.training
     if was:
         model.eval()
@@ -134,7 +135,7 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
     dev = _device(model, device)
     out = []
     final = getattr(model, "final_logits", None)
-    with _eval_mode(model):
+    with eval_mode(model):
         bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
                    disable=not progress, desc="phase sweep", unit="batch")
         for mb in bar:

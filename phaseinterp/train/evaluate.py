@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from phaseinterp.measure.intervals import wilson_interval
+from phaseinterp.measure.sweep import eval_mode
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.data import IGNORE, Mixture, make_batch
 
@@ -52,18 +53,14 @@ def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int
     task = RecordLookup(**kwargs)
     batch = task.sample(n_per_residue, modulus, seed=seed)
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     correct = []
-    try:
+    with eval_mode(model):
         for start in range(0, len(batch), batch_size):
             tokens = batch.tokens[start:start + batch_size].to(device)
             q = batch.query_pos[start:start + batch_size].to(device)
             logits = model(tokens)
             pred = logits[torch.arange(len(tokens), device=device), q].argmax(-1).cpu()
             correct.append((pred[:, None] == batch.answers[start:start + batch_size]).any(1))
-    finally:
-        model.train(was_training)
     correct = torch.cat(correct).numpy()
     residue = batch.residue.numpy()
     k = np.bincount(residue, weights=correct, minlength=modulus).astype(np.int64)
@@ -101,13 +98,9 @@ def accuracy_by_undemonstrated(model, mixture: Mixture, *, n_rows: int = 1024, s
     step = max(mixture.curriculum_steps, mixture.aligned_steps)
     batch = make_batch(lookup_only, seed, step, n_rows)
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         pred = torch.cat([model(batch.tokens[i:i + batch_size].to(device))[:, -1].argmax(-1).cpu()
                           for i in range(0, n_rows, batch_size)])
-    finally:
-        model.train(was_training)
     correct = (pred == batch.targets[:, -1]).numpy()
     keys = mixture.pools.keys
     tok = batch.tokens.numpy()

@@ -44,13 +44,14 @@ FULL_PERIOD = 4
 
 
 def sweep_checkpoint(path: Path, card: dict[str, Any], *, n_per_residue: int, task_seed: int, protocol: str,
-                     n_boot: int, n_perm: int, batch_size: int = 64, modulus: int = MODULUS):
+                     n_boot: int, n_perm: int, batch_size: int = 64, modulus: int = MODULUS, model=None):
     """PhaseCurve of one shipped checkpoint on its card's matched task, residues mod `modulus`;
-    a card whose model config disagrees with the checkpoint's raises (it would mislabel results)."""
+    a card whose model config disagrees with the checkpoint's raises (it would mislabel results).
+    `model`: the checkpoint already loaded (`checkpoint.load(path)`), to sweep it again without reloading."""
     if card.get("model_config") is not None and card["model_config"] != read_metadata(path)["config"]:
         raise ValueError(f"card {card.get('name')!r} describes another model than {str(path)!r} (model_config "
                          "differs from the checkpoint's config): ship card and weights together (`--ship`)")
-    model = load(path).eval()
+    model = (load(path) if model is None else model).eval()
     task_kwargs = {**card["data"]["eval_task"], "protocol": protocol}
     task = RecordLookup(**task_kwargs)
     batch = task.sample(n_per_residue, modulus, seed=task_seed)

@@ -27,7 +27,7 @@ from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, accuracy_by_undemonstrated, exclusion_summary, rows_for
 from phaseinterp.train.result import FULL_PERIOD, _architecture, sweep_checkpoint
-from phaseinterp.train.zoo import ZOO, table_period
+from phaseinterp.train.zoo import WIDTH, ZOO, table_period, zoo_name
 
 #: share of the residue curve's variance that period-d patterns must explain for d to be its period
 PERIOD_SHARE = 0.9
@@ -49,14 +49,16 @@ def dominant_period(accuracy: np.ndarray) -> int | None:
     return next((d for d in range(1, R) if R % d == 0 and period_share(acc, d) >= PERIOD_SHARE), None)
 
 
-def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: int, n_boot: int, n_perm: int) -> dict[str, Any]:
-    """One table row: a checkpoint under one padding protocol."""
+def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: int, n_boot: int, n_perm: int,
+            model=None) -> dict[str, Any]:
+    """One table row: a checkpoint under one padding protocol (`model`: the checkpoint, already loaded)."""
     card = json.loads(card_path.read_text())
     strides = sorted({c["stride"] for c in card["model_config"]["layers"] if c != "full"})
     modulus = table_period(period_of(strides))
     card = {**card, "data": {**card["data"], "eval_task": rows_for(card["data"]["eval_task"], modulus)}}
     curve, task = sweep_checkpoint(card_path.with_suffix(".safetensors"), card, n_per_residue=n_per_residue,
-                                   task_seed=task_seed, protocol=protocol, n_boot=n_boot, n_perm=n_perm, modulus=modulus)
+                                   task_seed=task_seed, protocol=protocol, n_boot=n_boot, n_perm=n_perm, modulus=modulus,
+                                   model=model)
     s = curve.summary()
     return {
         "model": card["name"], "member": card["name"].rsplit("-s", 1)[0].removeprefix("zoo-"),
@@ -115,13 +117,11 @@ def _exclusion_text(summary: dict[str, Any] | None) -> str:
     return "" if summary is None else f"{summary['one']:.2f} / {summary['several']:.2f}"
 
 
-def training_rows(card_path: Path) -> dict[str, Any]:
-    """`exclusion_summary` of a zoo checkpoint on its own training mixture (one value per card)."""
-    from phaseinterp.checkpoint import load
+def training_rows(card_path: Path, model) -> dict[str, Any]:
+    """`exclusion_summary` of a zoo checkpoint (`model`, loaded) on its own training mixture (one value per card)."""
     from phaseinterp.train.data import Mixture
 
     card = json.loads(card_path.read_text())
-    model = load(card_path.with_suffix(".safetensors"))
     by_k = accuracy_by_undemonstrated(model, Mixture.from_dict(card["train_config"]["mixture"]))
     return exclusion_summary(by_k["by_undemonstrated"])
 
@@ -138,6 +138,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     import pandas as pd
     import torch
 
+    from phaseinterp.checkpoint import load
     from phaseinterp.measure.provenance import jsonable, versions
 
     torch.set_num_threads(1)
@@ -148,18 +149,17 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     kept = _kept_rows(out / "zoo.json", settings, only, {c.stem for c in cards}) if only else {}
     rows = []
     for card in cards:
-        summary = training_rows(card)
+        model = load(card.with_suffix(".safetensors"))
+        summary = training_rows(card, model)
         for protocol in protocols:
             if (card.stem, protocol) in kept:
                 rows.append({**kept[(card.stem, protocol)], "training_rows": summary})
                 continue
-            rows.append({**zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot, n_perm=n_perm),
-                         "training_rows": summary})
+            rows.append({**zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot, n_perm=n_perm,
+                                   model=model), "training_rows": summary})
             r = rows[-1]
             print(f"{r['model']:22s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} gap {r['gap_pp']:5.1f} pp "
                   f"period {r['dominant_period']}  {r['verdict']}", flush=True)
-    from phaseinterp.train.zoo import WIDTH, zoo_name
-
     names = [zoo_name(m, seed, width=width or WIDTH, kv_heads=kv_heads) for m in members or ZOO for seed in seeds]
     missing = [n for n in names if not (checkpoints / f"{n}.json").is_file()]
     train = "python scripts/train_zoo.py" + (f" --members {' '.join(members)}" if members else "") + (
