@@ -11,10 +11,10 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 
 #: Lowest first. A module belongs to the floor of its longest matching prefix.
 FLOORS = [
-    ("core", ["phaseinterp", "phaseinterp._lazy", "phaseinterp.config", "phaseinterp.gates",
+    ("core", ["phaseinterp", "phaseinterp._lazy", "phaseinterp.config", "phaseinterp.family", "phaseinterp.gates",
               "phaseinterp.layouts", "phaseinterp.presets", "phaseinterp.registry", "phaseinterp.units"]),
     ("model", ["phaseinterp.model", "phaseinterp.checkpoint", "phaseinterp.checkpoint_io", "phaseinterp.convert",
-               "phaseinterp.train.hf_model", "phaseinterp.backends"]),
+               "phaseinterp.families", "phaseinterp.backends"]),
     ("tasks", ["phaseinterp.tasks"]),
     ("measure", ["phaseinterp.measure"]),
     ("interventions", ["phaseinterp.interventions"]),
@@ -87,7 +87,7 @@ def test_no_import_cycles():
 
 
 def test_the_checks_catch_what_they_are_for(tmp_path):
-    assert floor_of("phaseinterp.train.hf_model") == 1 and floor_of("phaseinterp.train.loop") == 7
+    assert floor_of("phaseinterp.families.hf_causal_lm") == 1 and floor_of("phaseinterp.train.loop") == 7
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from phaseinterp.plot import phase_figure\n")
     assert imports(bad, {"phaseinterp.plot"}) == {"phaseinterp.plot": 2}

@@ -16,7 +16,7 @@ from phaseinterp.checkpoint import save_model
 from phaseinterp.cli import build_parser, main
 from phaseinterp.commands._common import load_model, make_task
 from phaseinterp.interventions import knockout_map
-from phaseinterp.train.hf_model import tiny_deepseek_v4_spec
+from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
 
 SMALL = ["--n-per-residue", "1", "--n-records", "8", "--n-demos", "1", "--n-boot", "30"]
 

@@ -87,7 +87,7 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.config import ModelConfig
     from phaseinterp.presets import PRESETS, preset
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
-    from phaseinterp.train.hf_model import HFModelSpec
+    from phaseinterp.families.hf_causal_lm import HFModelSpec
 
     rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "member", "width",
                                                       "aligned_start", "min_undemonstrated") if getattr(args, k, None) is not None]
@@ -183,7 +183,7 @@ def _hf_spec(path: Path):
     """HFModelSpec of a HuggingFace config.json (a file, or a folder holding config.json)."""
     from transformers import AutoConfig
 
-    from phaseinterp.train.hf_model import HFModelSpec
+    from phaseinterp.families.hf_causal_lm import HFModelSpec
 
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from phaseinterp.checkpoint import read_metadata, save_model
+from phaseinterp.families import family_of_config
 from phaseinterp.train.config import RESUMABLE_FIELDS, TrainConfig
 
 STATE_FORMAT = "phaseinterp-train-state-v1"
@@ -115,10 +116,11 @@ def _first_difference(saved: dict, given: dict, ignore: tuple[str, ...] = ()) ->
 
 
 def _model_kind(config: dict) -> str:
-    """What a stored model config describes: our model or which HuggingFace architecture."""
-    from phaseinterp.train.hf_model import HFModelSpec
-
-    return f"HuggingFace {config['architecture']}" if HFModelSpec.is_spec_dict(config) else "HookedCompressedTransformer"
+    """What a stored model config describes: its family and config type (e.g. "hf-causal-lm model
+    (HFModelSpec DeepseekV4ForCausalLM)")."""
+    family, cfg = family_of_config(config)
+    arch = getattr(cfg, "architecture", None)
+    return f"{family.name!r} model ({type(cfg).__name__}{f' {arch}' if arch else ''})"
 
 
 def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.optim.Optimizer, tcfg: TrainConfig) -> int:
@@ -141,11 +143,7 @@ def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.
     saved_kind, this_kind = _model_kind(meta["config"]), _model_kind(model.cfg.to_dict())
     if saved_kind != this_kind:
         raise ValueError(f"cannot resume from {str(path)!r}: it holds a {saved_kind} but this run trains a {this_kind}")
-    saved_cfg = meta["config"]
-    if this_kind != "HookedCompressedTransformer":  # HF config dicts: through the config class, like the run's
-        from phaseinterp.train.hf_model import HFModelSpec
-
-        saved_cfg = HFModelSpec.from_dict(saved_cfg).to_dict()
+    saved_cfg = family_of_config(meta["config"])[1].to_dict()  # through the config class, like the run's
     diff = _first_difference(_canonical(saved_cfg), _canonical(model.cfg.to_dict()))
     if diff:
         raise ValueError(f"cannot resume from {str(path)!r}: model config field {diff[0]!r} is {diff[1]!r} in the checkpoint "
