@@ -39,6 +39,8 @@ class ModelFamily:
             config it converts), or None when the object is not one of its configs.
         build: `(config, seed) -> model`; `seed=None` when weights are loaded right after.
         weights: the module whose state dict a checkpoint holds (default: the model itself).
+        runnable: what experiments (verbs, sweeps, interventions) run on (default: the model
+            itself; HF models: their backend).
         converter: a function turning one of its models into our `HookedCompressedTransformer`.
         trainable: the trainer can train it (then `as_config`, `build` and a format are set).
         mitigations: training-time mitigations act on its compressors.
@@ -57,6 +59,7 @@ class ModelFamily:
     as_config: Callable[[Any], Any] | None = None
     build: Callable[[Any, int | None], Any] | None = None
     weights: Callable[[Any], Any] = lambda model: model
+    runnable: Callable[[Any], Any] = lambda model: model
     converter: Callable[..., Any] | None = None
     trainable: bool = False
     mitigations: bool = False

@@ -14,7 +14,7 @@ FLOORS = [
     ("core", ["phaseinterp", "phaseinterp._lazy", "phaseinterp.config", "phaseinterp.family", "phaseinterp.gates",
               "phaseinterp.layouts", "phaseinterp.presets", "phaseinterp.registry", "phaseinterp.units"]),
     ("model", ["phaseinterp.model", "phaseinterp.checkpoint", "phaseinterp.checkpoint_io", "phaseinterp.convert",
-               "phaseinterp.families", "phaseinterp.backends"]),
+               "phaseinterp.families", "phaseinterp.sources", "phaseinterp.backends"]),
     ("tasks", ["phaseinterp.tasks"]),
     ("measure", ["phaseinterp.measure"]),
     ("interventions", ["phaseinterp.interventions"]),

@@ -85,4 +85,5 @@ def test_hf_checkpoint_files_and_bad_folders(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["knockout", str(empty), *SMALL, "--out", str(tmp_path / "x")]) == 2
-    assert "has no config.json: allowed a .safetensors checkpoint or a HuggingFace model folder" in capsys.readouterr().err
+    assert "is invalid: allowed a training run (with checkpoints/, written by phaseinterp train --out) or a HuggingFace " \
+           "model folder" in capsys.readouterr().err

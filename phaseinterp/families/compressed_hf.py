@@ -25,6 +25,7 @@ def _backend(model: Any, stride: int | None):
     return CompressedHFBackend(model, stride=stride)
 
 
-FAMILY = register_family(ModelFamily(name="compressed-hf", recognizes=_recognizes, backend=_backend))
+FAMILY = register_family(ModelFamily(name="compressed-hf", recognizes=_recognizes, backend=_backend,
+                                     runnable=lambda m: _backend(m, None)))
 
 __all__ = ["FAMILY"]

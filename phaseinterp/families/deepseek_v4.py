@@ -42,7 +42,8 @@ def _describe(hf_config: dict) -> str:
 
 
 FAMILY = register_family(ModelFamily(
-    name="deepseek-v4", recognizes=_is_deepseek_v4, backend=_backend, converter=load_hf_compressor,
+    name="deepseek-v4", recognizes=_is_deepseek_v4, backend=_backend, runnable=lambda m: _backend(m, None),
+    converter=load_hf_compressor,
     hf_model_type=MODEL_TYPE, layer_strides=layer_strides, describe=_describe))
 
 

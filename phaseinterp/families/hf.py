@@ -21,7 +21,7 @@ def _backend(model: Any, stride: int | None):
 
 FAMILY = register_family(ModelFamily(
     name="hf", recognizes=lambda m: isinstance(m, torch.nn.Module) and hasattr(m, "config"), backend=_backend,
-    fallback=True))
+    runnable=lambda m: _backend(m, None), fallback=True))
 QWEN3 = register_family(ModelFamily(name="qwen3", hf_model_type="qwen3", converter=from_hf_qwen3))
 
 __all__ = ["FAMILY", "QWEN3"]

@@ -248,6 +248,6 @@ def _build(spec: HFModelSpec, seed: int | None) -> HFCausalLM:
 FAMILY = register_family(ModelFamily(
     name="hf-causal-lm", recognizes=lambda m: isinstance(m, HFCausalLM),
     backend=lambda m, stride: backend_of(m.hf, stride), formats=(HF_FORMAT,), as_config=_as_config, build=_build,
-    weights=lambda m: m.hf, trainable=True))
+    weights=lambda m: m.hf, runnable=lambda m: backend_of(m.hf), trainable=True))
 
 __all__ = ["FAMILY", "HFCausalLM", "HFModelSpec", "HF_FORMAT"]

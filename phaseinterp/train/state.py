@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,33 +29,15 @@ import torch
 
 from phaseinterp.checkpoint import read_metadata, save_model
 from phaseinterp.families import family_of_config
+from phaseinterp.sources import checkpoint_path, latest_checkpoint, list_checkpoints
 from phaseinterp.train.config import RESUMABLE_FIELDS, TrainConfig
 
 STATE_FORMAT = "phaseinterp-train-state-v1"
-_NAME = re.compile(r"^step_(\d+)\.safetensors$")
-
-
-def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}.safetensors"
 
 
 def state_path(checkpoint: str | os.PathLike) -> Path:
     checkpoint = Path(checkpoint)
     return checkpoint.with_name(checkpoint.name.replace(".safetensors", ".state.pt"))
-
-
-def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """(step, path) of every checkpoint in `run_dir/checkpoints`, by step."""
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
-    return sorted(found)
-
-
-def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    ckpts = list_checkpoints(run_dir)
-    return ckpts[-1][1] if ckpts else None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
