@@ -99,7 +99,7 @@ def test_resume_gives_the_weights_and_losses_of_an_uninterrupted_run(tmp_path):
 
 def test_bad_inputs_raise_clear_errors(tmp_path):
     spec, tcfg = small_spec(), small_tcfg(steps=2, checkpoint_every=2)
-    with pytest.raises(ValueError, match=r"model_cfg=dict is invalid: allowed the config of a trainable family \['hooked', 'hf-causal-lm', 'nsa'\]"):
+    with pytest.raises(ValueError, match=r"model_cfg=dict is invalid: allowed the config of a trainable family \['hf-causal-lm', 'hooked', 'nsa'\]"):
         train({"hidden_size": 32}, tcfg, tmp_path / "x", progress=False)
     with pytest.raises(ValueError, match=r"mixture.vocab_size=64 is invalid: allowed <= the model's vocab_size \(32\)"):
         train(spec.replace(vocab_size=32), tcfg, tmp_path / "x", progress=False)
