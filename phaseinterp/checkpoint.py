@@ -20,10 +20,8 @@ import os
 from pathlib import Path
 
 from phaseinterp import checkpoint_io
-from phaseinterp.checkpoint_io import FORMAT, read_tensors
+from phaseinterp.checkpoint_io import read_tensors
 from phaseinterp.families import family_of_format, family_of_model, hf_causal_lm
-from phaseinterp.families.hf_causal_lm import HF_FORMAT
-from phaseinterp.model.nsa.config import NSA_FORMAT
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
@@ -80,4 +78,4 @@ def load_hf(path: str | os.PathLike, device: str = "cpu"):
     return load(path, device).hf
 
 
-__all__ = ["FORMAT", "HF_FORMAT", "NSA_FORMAT", "load", "load_hf", "read_metadata", "save_model"]
+__all__ = ["load", "load_hf", "read_metadata", "save_model"]

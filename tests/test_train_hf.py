@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import phaseinterp
-from phaseinterp.checkpoint import HF_FORMAT, load_hf, read_metadata
+from phaseinterp.checkpoint import load_hf, read_metadata
 from phaseinterp.cli import main
 from phaseinterp.train import Mixture, TrainConfig, make_batch, recipe, train
 from phaseinterp.families import family_of_config
 from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
-from phaseinterp.families.hf_causal_lm import HFCausalLM, HFModelSpec
+from phaseinterp.families.hf_causal_lm import HF_FORMAT, HFCausalLM, HFModelSpec
 from phaseinterp.train.mitigation import Mitigation
 
 pytest.importorskip("transformers")
