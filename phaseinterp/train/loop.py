@@ -32,12 +32,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from phaseinterp.config import ModelConfig
+from phaseinterp.families import FAMILIES, family_of_config, family_of_model
+from phaseinterp.families.hf_causal_lm import HFCausalLM, HFModelSpec
 from phaseinterp.measure.provenance import versions
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.data import IGNORE, TrainBatch, make_batch
-from phaseinterp.families import FAMILIES, family_of_config, family_of_model
-from phaseinterp.families.hf_causal_lm import HFCausalLM, HFModelSpec
 from phaseinterp.train.mitigation import check_mitigation, draw_offsets, mitigated_forward
 from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_checkpoint_for_resume, save_checkpoint
 
