@@ -7,7 +7,7 @@ __version__ = "0.1.0"
 from phaseinterp._lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(('load',), "checkpoint"),
+    **dict.fromkeys(('load',), "sources"),
     **dict.fromkeys(('CompressionConfig', 'ModelConfig'), "config"),
     **dict.fromkeys(('HookedCompressedTransformer',), "model"),
     **dict.fromkeys(('PRESETS', 'preset'), "presets"),

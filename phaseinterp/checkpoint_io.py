@@ -1,8 +1,9 @@
 """The checkpoint file: safetensors with the config JSON in the metadata, written atomically, and
 read back as metadata and as tensors checked against the state dict a config builds.
 
-Builds no model (`phaseinterp.checkpoint.load` does), so that model classes save themselves
-through it without an import cycle. Formats: see `phaseinterp.checkpoint`.
+Builds no model and knows no model kind (`phaseinterp.checkpoint.load` asks the family registry),
+so that model classes save themselves through it, naming their own format, without an import
+cycle. Formats: see `phaseinterp.checkpoint`.
 
 Verified on load: names and shapes against the config, a SHA-256 digest of the config and every
 tensor written at save time (an edited config, or weights swapped under a config, are caught;
@@ -24,27 +25,28 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+#: The format of our own `HookedCompressedTransformer` (other families name theirs when they save).
 FORMAT = "phaseinterp-checkpoint-v1"
-HF_FORMAT = "phaseinterp-hf-checkpoint-v1"
-NSA_FORMAT = "phaseinterp-nsa-checkpoint-v1"
 
 
-def save_model(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
-    """Write `model`'s weights and config to `path`; a temp file is renamed into place, so `path`
-    never holds a half-written checkpoint. `extra` (JSON-serializable) lands in the metadata."""
+def save_model(model, path: str | os.PathLike, extra: dict | None = None, *, fmt: str = FORMAT, module=None,
+               metadata: dict | None = None) -> Path:
+    """Write `model`'s weights and config to `path` in format `fmt`; a temp file is renamed into
+    place, so `path` never holds a half-written checkpoint. The tensors are `module`'s state dict
+    (default: the model's; copied, so tied weights save fine); `model.cfg.to_dict()` is the config;
+    `metadata` (strings) and `extra` (JSON-serializable) land in the metadata."""
     from phaseinterp import __version__
 
-    if getattr(model, "is_hf_causal_lm", False):
-        return save_hf(model, path, extra=extra)
     path = Path(path)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    metadata = {
-        "format": NSA_FORMAT if getattr(model, "is_nsa", False) else FORMAT,
+    tensors = {k: v.detach().cpu().clone().contiguous() for k, v in (model if module is None else module).state_dict().items()}
+    header = {
+        "format": fmt,
         "config": json.dumps(model.cfg.to_dict()),
+        **(metadata or {}),
         "phaseinterp_version": __version__,
         "extra": json.dumps(extra or {}),
     }
-    return _write_atomically(tensors, metadata, path)
+    return _write_atomically(tensors, header, path)
 
 
 def digest(config_json: str, tensors: dict) -> str:
@@ -55,25 +57,6 @@ def digest(config_json: str, tensors: dict) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def save_hf(model, path: str | os.PathLike, extra: dict | None = None) -> Path:
-    """Write an `HFCausalLM`: the HF model's state dict (tensors copied, so tied weights save
-    fine) and its spec in the metadata; atomic like `save_model`."""
-    import transformers
-
-    from phaseinterp import __version__
-
-    path = Path(path)
-    tensors = {k: v.detach().cpu().clone().contiguous() for k, v in model.hf.state_dict().items()}
-    metadata = {
-        "format": HF_FORMAT,
-        "config": json.dumps(model.cfg.to_dict()),
-        "transformers_version": transformers.__version__,
-        "phaseinterp_version": __version__,
-        "extra": json.dumps(extra or {}),
-    }
-    return _write_atomically(tensors, metadata, path)
 
 
 def _write_atomically(tensors: dict, metadata: dict, path: Path) -> Path:
@@ -98,7 +81,8 @@ def _write_atomically(tensors: dict, metadata: dict, path: Path) -> Path:
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
-    """The checkpoint's metadata (header only), with "config" and "extra" decoded."""
+    """The checkpoint's metadata (header only), with "config" and "extra" decoded; its format is
+    checked against the registered families by `phaseinterp.checkpoint.read_metadata`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {str(path)!r}")
@@ -107,9 +91,9 @@ def read_metadata(path: str | os.PathLike) -> dict:
             meta = dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{str(path)!r} is not a readable safetensors checkpoint (truncated or corrupt?): {e}") from e
-    if meta.get("format") not in (FORMAT, HF_FORMAT, NSA_FORMAT):
-        raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected {FORMAT!r}, "
-                         f"{HF_FORMAT!r} or {NSA_FORMAT!r}")
+    if not str(meta.get("format", "")).startswith("phaseinterp-"):
+        raise ValueError(f"{str(path)!r} is not a phaseinterp checkpoint: format={meta.get('format')!r}, expected a "
+                         "'phaseinterp-...' format")
     if "config" not in meta:
         raise ValueError(f"{str(path)!r} has no config in its metadata: not a checkpoint phaseinterp wrote")
     for key, default in (("config", None), ("extra", "{}")):

@@ -1,9 +1,10 @@
-"""A named registry of records (gate kinds, layouts): one way to add an entry and to look one up,
-with the errors docs/errors.md lists."""
+"""A named registry of records (gate kinds, layouts, model families): one way to add an entry, to
+look one up and to take one out again, with the errors docs/errors.md lists."""
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from contextlib import contextmanager
+from typing import Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -31,6 +32,24 @@ class Registry(Generic[T]):
                              f"{list(self.entries)}")
         self.entries[entry.name] = entry
         return entry
+
+    def unregister(self, name: str) -> T:
+        """Remove the entry called `name` and return it (ValueError listing the names otherwise)."""
+        entry = self.get(name)
+        del self.entries[name]
+        return entry
+
+    @contextmanager
+    def registered(self, entry: T) -> Iterator[T]:
+        """`register(entry)` for the duration of a `with` block (tests, temporary user entries)."""
+        self.register(entry)
+        try:
+            yield entry
+        finally:
+            self.entries.pop(entry.name, None)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(list(self.entries.values()))
 
     def get(self, name: str) -> T:
         """The entry called `name`; ValueError listing the registered names otherwise."""

@@ -16,7 +16,7 @@ from phaseinterp.checkpoint import save_model
 from phaseinterp.cli import build_parser, main
 from phaseinterp.commands._common import load_model, make_task
 from phaseinterp.interventions import knockout_map
-from phaseinterp.train.hf_model import tiny_deepseek_v4_spec
+from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
 
 SMALL = ["--n-per-residue", "1", "--n-records", "8", "--n-demos", "1", "--n-boot", "30"]
 
@@ -85,4 +85,5 @@ def test_hf_checkpoint_files_and_bad_folders(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["knockout", str(empty), *SMALL, "--out", str(tmp_path / "x")]) == 2
-    assert "has no config.json: allowed a .safetensors checkpoint or a HuggingFace model folder" in capsys.readouterr().err
+    assert "is invalid: allowed a training run (with checkpoints/, written by phaseinterp train --out) or a HuggingFace " \
+           "model folder" in capsys.readouterr().err

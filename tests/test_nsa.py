@@ -159,7 +159,7 @@ def test_trainer_checkpoint_roundtrip_and_backend(tmp_path):
     clean = loaded(tokens)
     assert (knocked[:, -1] - clean[:, -1]).abs().max() > 1e-4
     torch.testing.assert_close(knocked[:, :-1], clean[:, :-1])
-    with pytest.raises(ValueError, match="mitigation=.*invalid for an NSA model"):
+    with pytest.raises(ValueError, match="mitigation=.*invalid for a model of family 'nsa'"):
         from phaseinterp.train.mitigation import Mitigation
 
         train(cfg, TrainConfig(steps=1, batch_size=2, warmup_steps=0, mixture=mix, device="cpu",

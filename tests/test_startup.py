@@ -39,7 +39,7 @@ def test_import_phaseinterp_is_light_and_its_names_resolve_on_use():
 
 def test_lazy_exports_match_the_eager_modules():
     import phaseinterp
-    import phaseinterp.checkpoint
+    import phaseinterp.sources
     import phaseinterp.tasks
     import phaseinterp.tasks.record_lookup
     import phaseinterp.mitigate
@@ -47,7 +47,7 @@ def test_lazy_exports_match_the_eager_modules():
     import phaseinterp.theory.flow
     import phaseinterp.train
 
-    assert phaseinterp.load is phaseinterp.checkpoint.load
+    assert phaseinterp.load is phaseinterp.sources.load
     assert phaseinterp.tasks.RecordLookup is phaseinterp.tasks.record_lookup.RecordLookup
     assert phaseinterp.theory.integrate is phaseinterp.theory.flow.integrate
     for package in (phaseinterp, phaseinterp.tasks, phaseinterp.theory, phaseinterp.train, phaseinterp.mitigate):

@@ -280,7 +280,7 @@ def test_shipped_checkpoints_load_match_their_cards_and_recipes():
     from pathlib import Path
 
     from phaseinterp.train import RECIPES, recipe
-    from phaseinterp.train.hf_model import model_config_from_dict
+    from phaseinterp.families import config_from_dict as model_config_from_dict
 
     folder = Path(__file__).resolve().parents[1] / "assets" / "checkpoints"
     cards = sorted(folder.glob("*.json"))

@@ -11,10 +11,12 @@ import pytest
 import torch
 
 import phaseinterp
-from phaseinterp.checkpoint import HF_FORMAT, load_hf, read_metadata
+from phaseinterp.checkpoint import load_hf, read_metadata
 from phaseinterp.cli import main
 from phaseinterp.train import Mixture, TrainConfig, make_batch, recipe, train
-from phaseinterp.train.hf_model import HFCausalLM, HFModelSpec, as_model_config, tiny_deepseek_v4_spec
+from phaseinterp.families import family_of_config
+from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
+from phaseinterp.families.hf_causal_lm import HF_FORMAT, HFCausalLM, HFModelSpec
 from phaseinterp.train.mitigation import Mitigation
 
 pytest.importorskip("transformers")
@@ -47,7 +49,7 @@ def test_spec_round_trips_and_describes_the_deepseek_v4_schedule():
     assert spec.hf_config["index_topk"] * 4 >= spec.n_ctx  # the indexer keeps every entry: deterministic
     assert HFModelSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
     assert "transformers_version" not in spec.hf_config
-    assert as_model_config(spec.hf_config_object()) == spec  # a transformers config converts to the same spec
+    assert family_of_config(spec.hf_config_object())[1] == spec  # a transformers config converts to the same spec
     assert tcfg.mixture.seq_len == 64 and tcfg.steps == 4000  # the long schedule (docs/training.md)
 
 
@@ -97,13 +99,13 @@ def test_resume_gives_the_weights_and_losses_of_an_uninterrupted_run(tmp_path):
 
 def test_bad_inputs_raise_clear_errors(tmp_path):
     spec, tcfg = small_spec(), small_tcfg(steps=2, checkpoint_every=2)
-    with pytest.raises(ValueError, match=r"model_cfg=dict is invalid: allowed a ModelConfig, an HFModelSpec"):
+    with pytest.raises(ValueError, match=r"model_cfg=dict is invalid: allowed the config of a trainable family \['hf-causal-lm', 'hooked', 'nsa'\]"):
         train({"hidden_size": 32}, tcfg, tmp_path / "x", progress=False)
     with pytest.raises(ValueError, match=r"mixture.vocab_size=64 is invalid: allowed <= the model's vocab_size \(32\)"):
         train(spec.replace(vocab_size=32), tcfg, tmp_path / "x", progress=False)
     with pytest.raises(ValueError, match=r"mixture.seq_len=40 is invalid: allowed <= the model's n_ctx \(32\)"):
         train(spec.replace(max_position_embeddings=32), tcfg, tmp_path / "x", progress=False)
-    with pytest.raises(ValueError, match=r"invalid for a HuggingFace model \(DeepseekV4ForCausalLM\)"):
+    with pytest.raises(ValueError, match=r"invalid for a model of family 'hf-causal-lm' \(HFCausalLM\)"):
         train(spec, tcfg.replace(mitigation=Mitigation(entropy_weight=0.1)), tmp_path / "x", progress=False)
     with pytest.raises(ValueError, match=r"architecture='DeepseekV4ForCausalLMX' is invalid"):
         HFModelSpec("DeepseekV4ForCausalLMX", spec.hf_config)
@@ -115,12 +117,12 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
     from tests.helpers import tiny_cfg
 
     ours = tiny_cfg(["full"], vocab_size=64, d_model=32, d_mlp=48)
-    with pytest.raises(ValueError, match=re.escape("holds a HuggingFace DeepseekV4ForCausalLM but this run trains a "
-                                                   "HookedCompressedTransformer")):
+    with pytest.raises(ValueError, match=re.escape("holds a 'hf-causal-lm' model (HFModelSpec DeepseekV4ForCausalLM) but this "
+                                                   "run trains a 'hooked' model (ModelConfig)")):
         train(ours, tcfg, tmp_path / "run", resume=result.checkpoint, progress=False)
     plain = tmp_path / "ours.safetensors"
     phaseinterp.HookedCompressedTransformer(ours).save(plain)
-    with pytest.raises(ValueError, match="holds a HookedCompressedTransformer, not a HuggingFace model"):
+    with pytest.raises(ValueError, match="holds a 'hooked' model, not a HuggingFace model"):
         load_hf(plain)
     weights = result.checkpoint.read_bytes()
     result.checkpoint.write_bytes(weights[: len(weights) // 2])

@@ -39,11 +39,9 @@ from phaseinterp.backends.base import Backend, Site, input_head_site
 from phaseinterp.backends.compression import Compression, slot_logits
 from phaseinterp.backends.hf import HFMixin
 from phaseinterp.backends.units import BackendConfig
-from phaseinterp.convert.deepseek_v4 import compression_config_from_hf
+from phaseinterp.convert.deepseek_v4 import compression_config_from_hf, layer_strides
 from phaseinterp.layouts import hf_layouts
 from phaseinterp.model.compressor import slot_positions
-
-CSA, HCA = "compressed_sparse_attention", "heavily_compressed_attention"
 
 
 def _tuple_site(envoy, index: int) -> Site:
@@ -83,15 +81,14 @@ class DeepseekV4Backend(HFMixin, Backend):
         hf = model.config
         if getattr(hf, "model_type", None) != "deepseek_v4" or not hasattr(model, "model"):
             raise ValueError(f"model of type {type(model).__name__} is invalid: allowed DeepseekV4ForCausalLM")
-        types = list(hf.layer_types)
-        rates, layouts = hf.compress_rates, hf_layouts()
+        types, strides, layouts = list(hf.layer_types), layer_strides(hf), hf_layouts()
         cfg = BackendConfig(
             kind="deepseek_v4", model_class=type(model).__name__, n_layers=hf.num_hidden_layers,
             n_heads=hf.num_attention_heads, n_kv_heads=1, d_head=hf.head_dim, d_model=hf.hidden_size,
             vocab_size=hf.vocab_size,
-            layer_strides=tuple(rates[t] if t in (CSA, HCA) else None for t in types),
-            gate_windows=tuple(layouts[t].window_strides * rates[t] if t in (CSA, HCA) else None for t in types),
-            gate_branches=tuple(("kv",) if t in (CSA, HCA) else () for t in types),
+            layer_strides=strides,
+            gate_windows=tuple(None if s is None else layouts[t].window_strides * s for t, s in zip(types, strides)),
+            gate_branches=tuple(() if s is None else ("kv",) for s in strides),
             n_ctx=getattr(hf, "max_position_embeddings", None),
         )
         super().__init__(model, cfg)
@@ -101,7 +98,7 @@ class DeepseekV4Backend(HFMixin, Backend):
 
     def _compressed(self, layer: int) -> str:
         t = self.layer_types[layer]
-        if t not in (CSA, HCA):
+        if self.cfg.layer_strides[layer] is None:
             raise ValueError(f"layer {layer} is {t!r}: it has no compressor")
         return t
 

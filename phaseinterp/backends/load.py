@@ -7,18 +7,14 @@ from typing import Any
 import torch
 
 from phaseinterp.backends.base import Backend
-from phaseinterp.backends.compressed_hf import CompressedHFBackend
-from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend
-from phaseinterp.backends.hf import HFCausalLMBackend
-from phaseinterp.backends.hooked import HookedBackend
-from phaseinterp.backends.kv_compression import CompressedLlamaAttention
-from phaseinterp.model import HookedCompressedTransformer
+from phaseinterp.families import backend_of
 
 
 def backend_for(model: Any, stride: int | None = None) -> Backend:
-    """The backend that fits `model`: our `HookedCompressedTransformer`, an `NSATransformer`, HF DeepSeek-V4, or any HF
-    causal LM (`stride`: the period to test; only for models without compressors). A backend is
-    returned as is.
+    """The backend that fits `model`, chosen by its family (`phaseinterp.families`: our
+    `HookedCompressedTransformer`, an `NSATransformer`, a trainer-written `HFCausalLM`, HF
+    DeepSeek-V4, a training-free compressed HF model, or any HF causal LM; `stride`: the period to
+    test, only for models without compressors). A backend is returned as is.
 
     Example:
         >>> from phaseinterp import HookedCompressedTransformer, preset
@@ -27,26 +23,7 @@ def backend_for(model: Any, stride: int | None = None) -> Backend:
     """
     if isinstance(model, Backend):
         return model
-    if getattr(model, "is_nsa", False):
-        if stride is not None:
-            raise ValueError(f"stride={stride} is invalid for an NSA model: allowed None (its stride comes from its config)")
-        from phaseinterp.backends.nsa import NSABackend
-
-        return NSABackend(model)
-    if isinstance(model, HookedCompressedTransformer):
-        if stride is not None:
-            raise ValueError(f"stride={stride} is invalid for our model: allowed None (its strides come from its config)")
-        return HookedBackend(model)
-    if getattr(getattr(model, "config", None), "model_type", None) == "deepseek_v4":
-        if stride is not None:
-            raise ValueError(f"stride={stride} is invalid for DeepSeek-V4: allowed None (strides come from compress_rates)")
-        return DeepseekV4Backend(model)
-    if isinstance(model, torch.nn.Module) and hasattr(model, "config"):
-        if any(isinstance(m, CompressedLlamaAttention) for m in model.modules()):  # training-free compression
-            return CompressedHFBackend(model, stride=stride)
-        return HFCausalLMBackend(model, stride=stride)
-    raise ValueError(f"model of type {type(model).__name__} is invalid: allowed HookedCompressedTransformer, "
-                     "a HF causal LM, or a Backend")
+    return backend_of(model, stride)
 
 
 def load_pretrained(name_or_path: str, *, dtype: torch.dtype | str = torch.bfloat16, device_map: Any = "auto",

@@ -5,7 +5,6 @@ Not a command itself: `phaseinterp/cli.py` skips modules whose name starts with 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,8 +13,9 @@ if TYPE_CHECKING:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", nargs="?", help="checkpoint path (or use --preset): a phaseinterp .safetensors file "
-                                                 "(ours or a trained HF model), or a HuggingFace model folder")
+    p.add_argument("checkpoint", nargs="?", help="model source (or use --preset): a phaseinterp .safetensors file "
+                                                 "(ours, a trained HF or NSA model), a training-run folder "
+                                                 "(phaseinterp train --out), or a HuggingFace model folder")
     p.add_argument("--preset", help="random-weight model of this preset instead of a checkpoint")
     p.add_argument("--seed", type=int, default=0, help="initialization seed for --preset (default 0)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -34,7 +34,8 @@ def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
     p.add_argument("--n-demos", type=int, help="demonstrations per prompt (default: the card's, else 8)")
     p.add_argument("--seq-len", type=int, help="prompt length (default: the card's, else the shortest that fits)")
     p.add_argument("--card", type=Path, help="checkpoint card whose matched evaluation task sets the defaults "
-                                             "(default: CHECKPOINT with .json, when it is a card)")
+                                             "(default: CHECKPOINT with .json, or the run's card.json for a run "
+                                             "folder or a checkpoint inside one)")
     p.add_argument("--task-seed", type=int, default=0, help="seed of the prompts (default 0)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
 
@@ -62,23 +63,20 @@ def add_period_arg(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def card_task(args: argparse.Namespace) -> dict[str, Any]:
-    """The matched evaluation task of the checkpoint's card (`data.eval_task`), or {} without a card."""
-    path = args.card
-    if path is None and args.checkpoint:
-        guess = Path(args.checkpoint).with_suffix(".json")
-        path = guess if guess.is_file() else None
-    if path is None:
+    """The matched evaluation task of the model's card (`data.eval_task`; the card `load_model`
+    resolved with the source, or `--card`), or {} without a card."""
+    loaded = getattr(args, "loaded", None)
+    if loaded is not None:
+        task = loaded.eval_task
+    elif args.card is not None:
+        from phaseinterp.sources import read_card
+
+        task = read_card(args.card).get("data", {}).get("eval_task")
+    else:
         return {}
-    try:
-        card = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"--card {str(path)!r} is not a readable JSON card: {err}") from None
-    task = card.get("data", {}).get("eval_task") if isinstance(card, dict) else None
-    if not isinstance(task, dict):
-        if args.card is not None:
-            raise ValueError(f"card {str(path)!r} has no data.eval_task")
-        return {}
-    return task
+    if not task and args.card is not None:
+        raise ValueError(f"card {str(args.card)!r} has no data.eval_task")
+    return task or {}
 
 
 def check_device(device: str) -> None:
@@ -98,53 +96,37 @@ def check_device(device: str) -> None:
 
 def load_model(args: argparse.Namespace):
     """What the command runs on, in eval mode: `HookedCompressedTransformer(preset(NAME), seed=SEED)`,
-    `phaseinterp.load(CHECKPOINT)` for our checkpoints, and for a HuggingFace model its backend
-    (`phaseinterp.backends.backend_for`: DeepSeek-V4 gets `DeepseekV4Backend`, with gates): a
-    checkpoint the trainer wrote (format "phaseinterp-hf-checkpoint-v1") or a folder written by
-    `save_pretrained` (loaded from disk only, in float32)."""
+    or the model source CHECKPOINT resolved once (`phaseinterp.sources.resolve_source`: a checkpoint
+    file, a training-run folder or a HuggingFace model folder) into what its family runs
+    experiments on (ours as is; HF models behind their backend, DeepSeek-V4 with gates). The
+    resolved source (with its card) is kept as `args.loaded` for the task defaults."""
     if (args.checkpoint is None) == (args.preset is None):
         raise ValueError("give a CHECKPOINT path or --preset NAME (exactly one)")
     import torch
 
-    from phaseinterp import HookedCompressedTransformer, load, preset
+    from phaseinterp import HookedCompressedTransformer, preset
 
     check_device(args.device)
     torch.set_num_threads(max(1, args.threads))
     if args.preset:
         return HookedCompressedTransformer(preset(args.preset), seed=args.seed).to(args.device).eval()
-    path = Path(args.checkpoint)
-    if path.is_dir():
-        return _hf_folder(path, args.device)
-    model = load(path)
-    hf = getattr(model, "hf", None)  # a trained HF model (HFCausalLM): its backend runs the interventions
-    if hf is not None:
-        from phaseinterp.backends import backend_for
+    from phaseinterp.sources import resolve_source
 
-        return backend_for(hf.to(args.device).eval())
-    return model.to(args.device).eval()
-
-
-def _hf_folder(path: Path, device: str):
-    """The backend of a HuggingFace model folder (`config.json` and weights), read offline."""
-    import torch
-
-    from phaseinterp.backends import load_pretrained
-
-    if not (path / "config.json").is_file():
-        raise ValueError(f"checkpoint folder {str(path)!r} has no config.json: allowed a .safetensors checkpoint or "
-                         "a HuggingFace model folder (written by save_pretrained)")
-    backend = load_pretrained(str(path), dtype=torch.float32, device_map=None, local_files_only=True)
-    backend.model.to(device)
-    return backend
+    args.loaded = resolve_source(args.checkpoint, args.device, card=args.card)
+    return args.loaded.runnable()
 
 
 def source(args: argparse.Namespace) -> dict[str, Any]:
     src = {"checkpoint": str(args.checkpoint)} if args.checkpoint else {"preset": args.preset, "init_seed": args.seed}
+    loaded = getattr(args, "loaded", None)
+    if loaded is not None and loaded.path != Path(args.checkpoint):
+        src["weights"] = str(loaded.path)
     return {**src, "task": getattr(args, "task_kwargs", None)}
 
 
 def model_label(args: argparse.Namespace) -> str:
-    return Path(args.checkpoint).stem if args.checkpoint else f"{args.preset} (seed {args.seed})"
+    return Path(args.checkpoint).stem or Path(args.checkpoint).resolve().name if args.checkpoint else \
+        f"{args.preset} (seed {args.seed})"
 
 
 def make_task(args: argparse.Namespace, model):

@@ -84,10 +84,9 @@ def register(subparsers: Any) -> None:
 
 def resolve(args: argparse.Namespace):
     """(name, ModelConfig, TrainConfig) from the arguments."""
-    from phaseinterp.config import ModelConfig
+    from phaseinterp.families import config_from_dict
     from phaseinterp.presets import PRESETS, preset
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
-    from phaseinterp.train.hf_model import HFModelSpec
 
     rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "member", "width",
                                                       "aligned_start", "min_undemonstrated") if getattr(args, k, None) is not None]
@@ -118,12 +117,7 @@ def resolve(args: argparse.Namespace):
         if not isinstance(spec, dict) or set(spec) - {"model", "train"} or "model" not in spec:
             raise ValueError(f"--config {str(args.config)!r} must be a JSON object with keys 'model' (required) and 'train'")
         model = spec["model"]
-        if isinstance(model, str):
-            model_cfg = preset(model)
-        elif HFModelSpec.is_spec_dict(model):
-            model_cfg = HFModelSpec.from_dict(model)
-        else:
-            model_cfg = ModelConfig.from_dict(model)
+        model_cfg = preset(model) if isinstance(model, str) else config_from_dict(model)
         train = dict(spec.get("train", {}))
         train.setdefault("mixture", {"vocab_size": model_cfg.vocab_size})
         tcfg = TrainConfig.from_dict(train)
@@ -183,7 +177,7 @@ def _hf_spec(path: Path):
     """HFModelSpec of a HuggingFace config.json (a file, or a folder holding config.json)."""
     from transformers import AutoConfig
 
-    from phaseinterp.train.hf_model import HFModelSpec
+    from phaseinterp.families.hf_causal_lm import HFModelSpec
 
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)

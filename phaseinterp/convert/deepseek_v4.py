@@ -16,12 +16,30 @@ import torch
 from phaseinterp.config import CompressionConfig
 from phaseinterp.layouts import hf_layouts, layout_of
 
+#: DeepSeek-V4 layer types with a compressor (a `compress_rates` key each).
+CSA, HCA = "compressed_sparse_attention", "heavily_compressed_attention"
+
+
+def _field(hf_cfg, name: str):
+    return hf_cfg.get(name) if isinstance(hf_cfg, dict) else getattr(hf_cfg, name, None)
+
+
+def layer_strides(hf_cfg) -> tuple[int | None, ...]:
+    """The compressor stride of every layer (its layer type's compress rate; None for a layer
+    without a compressor), from a DeepSeek-V4 config object or its dict: the one place the
+    strides are read from a DeepSeek-V4 config."""
+    rates = _field(hf_cfg, "compress_rates") or {}
+    return tuple(int(rates[t]) if t in (CSA, HCA) else None for t in _field(hf_cfg, "layer_types") or [])
+
 
 def compression_config_from_hf(hf_cfg, layer_type: str) -> CompressionConfig:
     """Our layer config for a HF DeepSeek-V4 layer type ("compressed_sparse_attention" or
     "heavily_compressed_attention"). The lightning indexer (top-k entry selection) is not modelled:
     every visible entry is attended."""
-    m = hf_cfg.compress_rates[layer_type]
+    rates = {t: m for t, m in zip(hf_cfg.layer_types, layer_strides(hf_cfg)) if m is not None}
+    if layer_type not in rates:
+        raise ValueError(f"layer_type={layer_type!r}: allowed a compressed layer type of this config {sorted(rates)}")
+    m = rates[layer_type]
     rope = hf_cfg.rope_parameters["compress"]
     rope_dims = int(hf_cfg.head_dim * rope.get("partial_rotary_factor", 1.0))
     if rope.get("rope_type", "default") != "default":

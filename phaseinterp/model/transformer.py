@@ -224,8 +224,9 @@ class HookedCompressedTransformer(HookedRootModule):
         for block in self.blocks:
             block.attn.explicit = explicit
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write weights and config to `path` (safetensors, atomically). See `phaseinterp.load`."""
+    def save(self, path: str | os.PathLike, extra: dict | None = None):
+        """Write weights and config to `path` (safetensors, atomically; `extra`, JSON-serializable,
+        lands in the metadata). See `phaseinterp.load`."""
         from phaseinterp.checkpoint_io import save_model
 
-        save_model(self, path)
+        return save_model(self, path, extra=extra)

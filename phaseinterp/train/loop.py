@@ -32,11 +32,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from phaseinterp.config import ModelConfig
+from phaseinterp.families import FAMILIES, family_of_config, family_of_model
+from phaseinterp.families.hf_causal_lm import HFCausalLM, HFModelSpec
 from phaseinterp.measure.provenance import versions
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.data import IGNORE, TrainBatch, make_batch
-from phaseinterp.train.hf_model import HFCausalLM, HFModelSpec, as_model_config, build_model
 from phaseinterp.train.mitigation import check_mitigation, draw_offsets, mitigated_forward
 from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_checkpoint_for_resume, save_checkpoint
 
@@ -185,7 +186,7 @@ def train(model_cfg: ModelConfig | HFModelSpec, tcfg: TrainConfig, run_dir: str 
         model_cfg: the model; its `vocab_size` must cover the mixture's vocabulary. A `ModelConfig`
             trains our model; an `HFModelSpec` or a transformers `PretrainedConfig` (e.g. a
             `DeepseekV4Config`) trains that HF causal LM, randomly initialized by its own code
-            (`phaseinterp.train.hf_model`); `result.model` is then an `HFCausalLM`, the HF
+            (`phaseinterp.families.hf_causal_lm`); `result.model` is then an `HFCausalLM`, the HF
             model its `.hf`. Training-time mitigations and data parallelism need our model.
         tcfg: optimizer, schedule, data mixture, seed, checkpoint cadence.
         run_dir: run folder (created); holds run.json, metrics.jsonl and checkpoints/.
@@ -211,7 +212,7 @@ def train(model_cfg: ModelConfig | HFModelSpec, tcfg: TrainConfig, run_dir: str 
         >>> train(cfg, tcfg, "runs/doctest", progress=False).step
         2
     """
-    model_cfg = as_model_config(model_cfg)
+    family, model_cfg = trainable_config(model_cfg)
     mix = tcfg.mixture
     if mix.vocab_size > model_cfg.vocab_size:
         raise ValueError(f"mixture.vocab_size={mix.vocab_size} is invalid: allowed <= the model's vocab_size ({model_cfg.vocab_size})")
@@ -223,19 +224,34 @@ def train(model_cfg: ModelConfig | HFModelSpec, tcfg: TrainConfig, run_dir: str 
     run_dir = Path(run_dir)
     ctx = _Dist.setup(tcfg.device)
     try:
-        return _train(model_cfg, tcfg, run_dir, resume, stop, progress and ctx.rank == 0, name, ctx)
+        return _train(family, model_cfg, tcfg, run_dir, resume, stop, progress and ctx.rank == 0, name, ctx)
     finally:
         ctx.teardown()
 
 
-def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -> TrainResult:
+def trainable_config(cfg: Any) -> tuple[Any, Any]:
+    """(family, config) of a model config the trainer can train (a transformers `PretrainedConfig`
+    becomes its `HFModelSpec`); ValueError naming the trainable families otherwise."""
+    trainable = [f.name for f in FAMILIES if f.trainable]
+    try:
+        family, config = family_of_config(cfg)
+    except ValueError:
+        raise ValueError(f"model_cfg={type(cfg).__name__} is invalid: allowed the config of a trainable family {trainable} "
+                         "(a ModelConfig, an HFModelSpec or transformers PretrainedConfig, an NSAConfig)") from None
+    if not family.trainable:
+        raise ValueError(f"model_cfg={type(cfg).__name__} is invalid: family {family.name!r} is not trainable; allowed "
+                         f"the config of {trainable}")
+    return family, config
+
+
+def _train(family, model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -> TrainResult:
     if tcfg.batch_size % ctx.world:
         raise ValueError(f"batch_size={tcfg.batch_size} is invalid: allowed a multiple of the number of processes ({ctx.world})")
     device = resolve_device(tcfg.device, ctx.local_rank)
     torch.manual_seed(tcfg.seed)
-    model = build_model(model_cfg, seed=tcfg.seed).to(device)  # ours, or an HFCausalLM (tokens -> logits)
+    model = family.build(model_cfg, tcfg.seed).to(device)  # tokens -> logits (HF models: an HFCausalLM)
     model.train()
-    _check_setup(model, model_cfg, tcfg, ctx)
+    _check_setup(model, tcfg, ctx)
     opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
                             weight_decay=tcfg.weight_decay, **adamw_kernel(device))
     start, prior_elapsed, prior_cpu = _begin(model, opt, model_cfg, tcfg, run_dir, resume, ctx, device)
@@ -263,29 +279,24 @@ def _train(model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: _Dist) -
                        wall_time_s=log.elapsed(), rank=ctx.rank, world_size=ctx.world)
 
 
-def _check_setup(model, model_cfg, tcfg: TrainConfig, ctx: _Dist) -> None:
-    """Refuse mitigations, compilation and data parallelism where they do not apply."""
-    mitigation = tcfg.mitigation
-    if getattr(model, "is_nsa", False):  # NSA compresses with an MLP: no gates for a mitigation to act on
-        if mitigation.active or tcfg.compile:
-            raise ValueError(f"mitigation={mitigation}, compile={tcfg.compile} is invalid for an NSA model: allowed "
-                             "Mitigation() and compile=False")
-        return
-    if isinstance(model, HFCausalLM):
-        if mitigation.active:
-            raise ValueError(f"mitigation={mitigation} is invalid for a HuggingFace model ({model_cfg.architecture}): "
-                             "mitigations act on HookedCompressedTransformer compressors; allowed Mitigation()")
-        if ctx.world > 1:
-            raise ValueError(f"data parallel training of a HuggingFace model ({model_cfg.architecture}) is not supported "
-                             f"(world size {ctx.world}): allowed with one process")
-    else:
+def _check_setup(model, tcfg: TrainConfig, ctx: _Dist) -> None:
+    """Refuse mitigations, compilation and data parallelism where the model's family does not allow them."""
+    family, mitigation = family_of_model(model), tcfg.mitigation
+    what = f"a model of family {family.name!r} ({type(model).__name__})"
+    if mitigation.active and not family.mitigations:
+        raise ValueError(f"mitigation={mitigation} is invalid for {what}: mitigations act on the compressors of "
+                         f"{[f.name for f in FAMILIES if f.mitigations]}; allowed Mitigation()")
+    if family.mitigations:
         check_mitigation(model, mitigation)
+    if ctx.world > 1 and not family.data_parallel:
+        raise ValueError(f"data parallel training of {what} is not supported (world size {ctx.world}): allowed with "
+                         "one process")
     if mitigation.random_offsets and ctx.world > 1:
         raise ValueError("mitigation.random_offsets=True is not supported with data parallel training "
                          f"(world size {ctx.world}): allowed with one process")
-    if tcfg.compile and (mitigation.active or isinstance(model, HFCausalLM)):
-        raise ValueError("compile=True is invalid with training-time mitigations or a HuggingFace model "
-                         "(their hooks and wrappers are not compiled): allowed compile=False")
+    if tcfg.compile and (mitigation.active or not family.compile):
+        raise ValueError(f"compile=True is invalid with training-time mitigations or for {what} (their hooks and "
+                         "wrappers are not compiled): allowed compile=False")
 
 
 def _begin(model, opt, model_cfg, tcfg: TrainConfig, run_dir: Path, resume, ctx: _Dist, device) -> tuple[int, float, float]:

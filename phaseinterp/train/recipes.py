@@ -18,10 +18,11 @@ import dataclasses
 from typing import Callable
 
 from phaseinterp.config import ModelConfig
+from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
+from phaseinterp.families.hf_causal_lm import HFModelSpec
 from phaseinterp.presets import preset
 from phaseinterp.train.config import TrainConfig
 from phaseinterp.train.data import Mixture
-from phaseinterp.train.hf_model import HFModelSpec, tiny_deepseek_v4_spec
 
 VOCAB = 256
 
@@ -74,7 +75,7 @@ def _hf_deepseek_v4() -> tuple[HFModelSpec, TrainConfig]:
 
 
 #: A tiny HuggingFace DeepseekV4ForCausalLM (the HF modeling code, random init; HCA m=8 then CSA
-#: m=4, sliding window 16, see `phaseinterp.train.hf_model.tiny_deepseek_v4_spec`) on the same
+#: m=4, sliding window 16, see `phaseinterp.families.deepseek_v4.tiny_deepseek_v4_spec`) on the same
 #: mixture and optimizer: the effect in the real DeepSeek-V4 code. Long schedule: after 2000 steps
 #: it had 18% on the far lookup (34% after 4000); ~0.45 s of CPU per step, 4x our models.
 RECIPES["hf-deepseek-v4"] = _hf_deepseek_v4

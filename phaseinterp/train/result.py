@@ -105,7 +105,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 512, task_seed: in
 
 def _architecture(model_config: dict[str, Any]) -> str:
     """Short description of a card's model: compressors, or the HF architecture and layer schedule."""
-    from phaseinterp.train.hf_model import HFModelSpec
+    from phaseinterp.families.hf_causal_lm import HFModelSpec
 
     if HFModelSpec.is_spec_dict(model_config):
         return HFModelSpec.from_dict(model_config).describe()

@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,33 +28,16 @@ from typing import Any
 import torch
 
 from phaseinterp.checkpoint import read_metadata, save_model
+from phaseinterp.families import family_of_config
+from phaseinterp.sources import checkpoint_path, latest_checkpoint, list_checkpoints
 from phaseinterp.train.config import RESUMABLE_FIELDS, TrainConfig
 
 STATE_FORMAT = "phaseinterp-train-state-v1"
-_NAME = re.compile(r"^step_(\d+)\.safetensors$")
-
-
-def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}.safetensors"
 
 
 def state_path(checkpoint: str | os.PathLike) -> Path:
     checkpoint = Path(checkpoint)
     return checkpoint.with_name(checkpoint.name.replace(".safetensors", ".state.pt"))
-
-
-def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """(step, path) of every checkpoint in `run_dir/checkpoints`, by step."""
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
-    return sorted(found)
-
-
-def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    ckpts = list_checkpoints(run_dir)
-    return ckpts[-1][1] if ckpts else None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -115,10 +97,11 @@ def _first_difference(saved: dict, given: dict, ignore: tuple[str, ...] = ()) ->
 
 
 def _model_kind(config: dict) -> str:
-    """What a stored model config describes: our model or which HuggingFace architecture."""
-    from phaseinterp.train.hf_model import HFModelSpec
-
-    return f"HuggingFace {config['architecture']}" if HFModelSpec.is_spec_dict(config) else "HookedCompressedTransformer"
+    """What a stored model config describes: its family and config type (e.g. "hf-causal-lm model
+    (HFModelSpec DeepseekV4ForCausalLM)")."""
+    family, cfg = family_of_config(config)
+    arch = getattr(cfg, "architecture", None)
+    return f"{family.name!r} model ({type(cfg).__name__}{f' {arch}' if arch else ''})"
 
 
 def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.optim.Optimizer, tcfg: TrainConfig) -> int:
@@ -141,11 +124,7 @@ def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.
     saved_kind, this_kind = _model_kind(meta["config"]), _model_kind(model.cfg.to_dict())
     if saved_kind != this_kind:
         raise ValueError(f"cannot resume from {str(path)!r}: it holds a {saved_kind} but this run trains a {this_kind}")
-    saved_cfg = meta["config"]
-    if this_kind != "HookedCompressedTransformer":  # HF config dicts: through the config class, like the run's
-        from phaseinterp.train.hf_model import HFModelSpec
-
-        saved_cfg = HFModelSpec.from_dict(saved_cfg).to_dict()
+    saved_cfg = family_of_config(meta["config"])[1].to_dict()  # through the config class, like the run's
     diff = _first_difference(_canonical(saved_cfg), _canonical(model.cfg.to_dict()))
     if diff:
         raise ValueError(f"cannot resume from {str(path)!r}: model config field {diff[0]!r} is {diff[1]!r} in the checkpoint "

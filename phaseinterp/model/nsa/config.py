@@ -20,6 +20,9 @@ from typing import Any
 
 from phaseinterp.config import check_known_fields, period_of
 
+#: The checkpoint format of NSA models (`NSATransformer.save`).
+NSA_FORMAT = "phaseinterp-nsa-checkpoint-v1"
+
 #: The key that marks a stored model config as NSA (`NSAConfig.is_nsa_dict`).
 ARCH = "nsa"
 

@@ -22,7 +22,7 @@ from transformer_lens import ActivationCache, HookedRootModule
 from phaseinterp.model.hook_point import HookPoint, missing_hook_point
 from phaseinterp.model.layers import RMSNorm
 from phaseinterp.model.nsa.attention import NSAAttention
-from phaseinterp.model.nsa.config import NSAConfig
+from phaseinterp.model.nsa.config import NSA_FORMAT, NSAConfig
 from phaseinterp.model.transformer import MLP
 
 
@@ -107,7 +107,7 @@ class NSATransformer(HookedRootModule):
         """Write weights and config (safetensors, atomically); `phaseinterp.load` reads it back."""
         from phaseinterp.checkpoint_io import save_model
 
-        return save_model(self, path, extra=extra)
+        return save_model(self, path, extra=extra, fmt=NSA_FORMAT)
 
 
 __all__ = ["NSABlock", "NSATransformer"]

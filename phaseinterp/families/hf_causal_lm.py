@@ -1,28 +1,27 @@
-"""HuggingFace causal LMs in phaseinterp's trainer: a model spec, a tokens -> logits wrapper and
-the model factory the trainer uses.
+"""The family of HuggingFace causal LMs trained by phaseinterp's trainer (checkpoint format
+"phaseinterp-hf-checkpoint-v1"): a model spec and a tokens -> logits wrapper.
 
 The trainer needs three things from a model: build it from a config with a seed, map tokens
-[batch, pos] to logits [batch, pos, vocab], and save / load it. For our own models that is
-`ModelConfig` + `HookedCompressedTransformer`; for a HuggingFace model it is:
+[batch, pos] to logits [batch, pos, vocab], and save / load it. For a HuggingFace model that is:
 
 - `HFModelSpec`: the architecture name (a transformers causal-LM class, e.g.
   "DeepseekV4ForCausalLM") and the HF config as a plain dict (canonical: the config's own
   `to_dict()`, without `transformers_version` and `_name_or_path`). Frozen, JSON round-trips
   through `to_dict` / `from_dict`, and exposes what the trainer and the measurement code read
-  from a config: `vocab_size`, `n_ctx` (`max_position_embeddings`), and for DeepSeek-V4 the
-  compressor `strides` and `residue_modulus`.
+  from a config: `vocab_size`, `n_ctx` (`max_position_embeddings`), and the compressor `strides`
+  and `residue_modulus` of a flavour with compressors (the registered family whose
+  `hf_model_type` is the config's, e.g. `phaseinterp.families.deepseek_v4`; none for Qwen3 or Llama).
 - `HFCausalLM`: an `nn.Module` holding the HF model as `.hf` and the spec as `.cfg`;
   `forward(tokens)` returns the logits tensor (no KV cache). Its `state_dict` keys are the HF
-  model's with an `hf.` prefix; checkpoints store the HF model's own keys.
-- `build_model(cfg, seed)`: our model for a `ModelConfig`, an `HFCausalLM` for an `HFModelSpec`
-  (or a transformers `PretrainedConfig`, converted by `as_model_config`). The HF model is
+  model's with an `hf.` prefix; checkpoints store the HF model's own keys. The HF model is
   initialized by its own `_init_weights` under `torch.manual_seed(seed)` inside `fork_rng`, so
   building does not touch the caller's random state and the same seed gives the same weights.
 
-Checkpoints (`phaseinterp.checkpoint.save_model` / `load` / `load_hf`) are safetensors with the
-HF model's state dict and the spec in the metadata (format "phaseinterp-hf-checkpoint-v1").
+Checkpoints (`model.save(path)`, `phaseinterp.load` / `phaseinterp.checkpoint.load_hf`) are
+safetensors with the HF model's state dict and the spec in the metadata.
 
 Example:
+    >>> from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
     >>> spec = tiny_deepseek_v4_spec()
     >>> spec.architecture, spec.vocab_size, spec.strides, spec.residue_modulus
     ('DeepseekV4ForCausalLM', 256, (4, 8), 8)
@@ -42,13 +41,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.config import period_of
+from phaseinterp.family import ModelFamily, backend_of, hf_flavour, register_family
+
+HF_FORMAT = "phaseinterp-hf-checkpoint-v1"
 
 #: Fields of an HF config dict that do not describe the model (dropped from the spec).
 _VOLATILE = ("transformers_version", "_name_or_path")
-
-#: DeepSeek-V4 layer types with a compressor (compress_rates key = layer type).
-_DSV4_COMPRESSED = ("compressed_sparse_attention", "heavily_compressed_attention")
-_DSV4_SHORT = {"sliding_attention": "SWA", "compressed_sparse_attention": "CSA", "heavily_compressed_attention": "HCA"}
 
 
 def _causal_lm_classes() -> dict[str, str]:
@@ -158,12 +156,12 @@ class HFModelSpec:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Distinct compressor strides (DeepSeek-V4: the compress rate of every CSA / HCA layer
-        type in use), sorted; empty for other architectures."""
-        if self.hf_config["model_type"] != "deepseek_v4":
+        """Distinct compressor strides of the layers, sorted (from the flavour of the config's
+        model type, e.g. DeepSeek-V4's compress rates); empty for a model type without one."""
+        flavour = hf_flavour(self.hf_config["model_type"])
+        if flavour is None or flavour.layer_strides is None:
             return ()
-        rates = self.hf_config.get("compress_rates") or {}
-        return tuple(sorted({int(rates[t]) for t in self.hf_config.get("layer_types") or [] if t in _DSV4_COMPRESSED}))
+        return tuple(sorted({s for s in flavour.layer_strides(self.hf_config) if s is not None}))
 
     @property
     def residue_modulus(self) -> int | None:
@@ -172,11 +170,10 @@ class HFModelSpec:
 
     def describe(self) -> str:
         """One line, e.g. "HF DeepseekV4ForCausalLM: HCA m=8, CSA m=4, sliding window 16"."""
-        if self.hf_config["model_type"] != "deepseek_v4":
+        flavour = hf_flavour(self.hf_config["model_type"])
+        if flavour is None or flavour.describe is None:
             return f"HF {self.architecture}"
-        rates = self.hf_config.get("compress_rates") or {}
-        parts = [_DSV4_SHORT.get(t, t) + (f" m={rates[t]}" if t in rates else "") for t in self.hf_config["layer_types"]]
-        return f"HF {self.architecture}: {', '.join(parts)}, sliding window {self.hf_config['sliding_window']}"
+        return f"HF {self.architecture}: {flavour.describe(self.hf_config)}"
 
     # ---- serialization -----------------------------------------------------------------------
 
@@ -222,98 +219,35 @@ class HFCausalLM(torch.nn.Module):
 
     def save(self, path, extra: dict | None = None):
         """Write a checkpoint (`phaseinterp.load` reads it back as an `HFCausalLM`, `load_hf` as the HF model)."""
+        import transformers
+
         from phaseinterp.checkpoint_io import save_model
 
-        return save_model(self, path, extra=extra)
+        return save_model(self, path, extra=extra, fmt=HF_FORMAT, module=self.hf,
+                          metadata={"transformers_version": transformers.__version__})
 
 
-def as_model_config(cfg: Any):
-    """The trainer's model config: a `ModelConfig` or `HFModelSpec` as is, a transformers
-    `PretrainedConfig` as its `HFModelSpec`; anything else raises ValueError."""
-    from phaseinterp.config import ModelConfig
-    from phaseinterp.model.nsa.config import NSAConfig
-
-    if isinstance(cfg, (ModelConfig, HFModelSpec, NSAConfig)):
-        return cfg
-    if type(cfg).__module__.startswith("transformers."):
+def _as_config(obj: Any) -> HFModelSpec | None:
+    """An `HFModelSpec` as is, its stored dict, or a transformers `PretrainedConfig` converted."""
+    if isinstance(obj, HFModelSpec):
+        return obj
+    if HFModelSpec.is_spec_dict(obj):
+        return HFModelSpec.from_dict(obj)
+    if type(obj).__module__.startswith("transformers."):
         from transformers import PretrainedConfig
 
-        if isinstance(cfg, PretrainedConfig):
-            return HFModelSpec.from_config(cfg)
-    raise ValueError(f"model_cfg={type(cfg).__name__} is invalid: allowed a ModelConfig, an HFModelSpec, an "
-                     "NSAConfig or a transformers PretrainedConfig")
+        if isinstance(obj, PretrainedConfig):
+            return HFModelSpec.from_config(obj)
+    return None
 
 
-def build_model(cfg: Any, seed: int) -> torch.nn.Module:
-    """A fresh model for `cfg` (see `as_model_config`), initialized from `seed`."""
-    cfg = as_model_config(cfg)
-    if isinstance(cfg, HFModelSpec):
-        return cfg.build(seed)
-    from phaseinterp.model.nsa.config import NSAConfig
-
-    if isinstance(cfg, NSAConfig):
-        from phaseinterp.model.nsa.transformer import NSATransformer
-
-        return NSATransformer(cfg, seed=seed)
-    from phaseinterp.model import HookedCompressedTransformer
-
-    return HookedCompressedTransformer(cfg, seed=seed)
+def _build(spec: HFModelSpec, seed: int | None) -> HFCausalLM:
+    return spec.build(0 if seed is None else seed)
 
 
-def model_config_from_dict(d: dict[str, Any]):
-    """A `ModelConfig`, `HFModelSpec` or `NSAConfig` from its `to_dict()` (as stored in checkpoints and cards)."""
-    from phaseinterp.model.nsa.config import NSAConfig
+FAMILY = register_family(ModelFamily(
+    name="hf-causal-lm", recognizes=lambda m: isinstance(m, HFCausalLM),
+    backend=lambda m, stride: backend_of(m.hf, stride), formats=(HF_FORMAT,), as_config=_as_config, build=_build,
+    weights=lambda m: m.hf, runnable=lambda m: backend_of(m.hf), trainable=True))
 
-    if HFModelSpec.is_spec_dict(d):
-        return HFModelSpec.from_dict(d)
-    if NSAConfig.is_nsa_dict(d):
-        return NSAConfig.from_dict(d)
-    from phaseinterp.config import ModelConfig
-
-    return ModelConfig.from_dict(d)
-
-
-def tiny_deepseek_v4_spec(vocab_size: int = 256, *, hidden_size: int = 64, head_dim: int = 128, rope_dims: int = 16,
-                          sliding_window: int = 16,
-                          csa_rate: int = 4, hca_rate: int = 8, n_ctx: int = 128,
-                          layer_types: tuple[str, ...] = ("heavily_compressed_attention", "compressed_sparse_attention"),
-                          hc_sinkhorn_iters: int = 5) -> HFModelSpec:
-    """A tiny DeepSeek-V4 (HF code) for 64-token record lookup; the model of recipe "hf-deepseek-v4".
-
-    Two layers, an HCA layer (W = S = `hca_rate`) then a CSA layer (m = `csa_rate`, W = 2m), like
-    V4's schedule that opens with HCA; every layer also has the exact sliding window of
-    `sliding_window` tokens (current included, as our `local_window`). Hidden 64, 4 query heads of
-    `head_dim` = 128 over the one shared K = V head, RoPE on 16 of the 128 dims (V4: 64 of 512), a
-    per-head sink, mHC with 4 streams, MoE with 4 routed experts (2 per token) + 1 shared expert,
-    all routed by the learned router (no hash layers: their token -> expert table is a checkpoint
-    constant, zero at init). About 0.37M parameters.
-
-    Why head_dim 128 and not 32: V4 RMS-normalizes queries without a weight and K = V with one,
-    so the largest attention logit is about sqrt(head_dim) x the norm weight (5.7 at 32, 11.3 at
-    128; V4: 22.6). At 32 a query cannot single out one of ~30 keys until the norm weights have
-    grown: the same recipe with head_dim 32 reached 6% query accuracy at step 675 (40% with 128)
-    and only 15% on the far lookup after 2000 steps.
-
-    Departures from V4-Flash, all size or speed: HCA's rate is 8, not 128 (a 64-token row has no
-    complete 128-token window); the lightning indexer keeps `index_topk = n_ctx / csa_rate`
-    entries, i.e. every visible one (V4 keeps 512 of up to 32K; with fewer kept the top-k flips
-    between near-ties under rounding and training is not reproducible); Sinkhorn runs 5
-    iterations instead of 20 (40% of a CPU step otherwise).
-    """
-    from transformers import DeepseekV4Config
-
-    n = len(layer_types)
-    config = DeepseekV4Config(
-        vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=n, num_attention_heads=4, head_dim=head_dim,
-        qk_rope_head_dim=rope_dims, q_lora_rank=hidden_size, o_groups=2, o_lora_rank=hidden_size // 2,
-        n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden_size, n_shared_experts=1,
-        layer_types=list(layer_types), mlp_layer_types=["moe"] * n,
-        compress_rates={"compressed_sparse_attention": csa_rate, "heavily_compressed_attention": hca_rate},
-        sliding_window=sliding_window, index_n_heads=2, index_head_dim=16, index_topk=n_ctx // csa_rate,
-        max_position_embeddings=n_ctx, hc_sinkhorn_iters=hc_sinkhorn_iters, bos_token_id=0, eos_token_id=None,
-        architectures=["DeepseekV4ForCausalLM"])
-    return HFModelSpec.from_config(config)
-
-
-__all__ = ["HFCausalLM", "HFModelSpec", "as_model_config", "build_model", "model_config_from_dict",
-           "tiny_deepseek_v4_spec"]
+__all__ = ["FAMILY", "HFCausalLM", "HFModelSpec", "HF_FORMAT"]
