@@ -10,6 +10,7 @@ from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
                                           write_json)
+from phaseinterp.analysis.map_summary import unit_summary
 from phaseinterp.units import LEVELS
 
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
@@ -57,22 +58,6 @@ def _positions(text: str):
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--positions={text!r} is invalid: allowed 'final', 'all' or comma-separated ints") from None
-
-
-def unit_summary(smap) -> list[dict[str, Any]]:
-    """Per unit: mean, min and max change over residues, their range and the worst residue."""
-    import numpy as np
-
-    out = []
-    for label, row in zip(smap.row_labels(), smap.as_2d()):
-        ok = np.isfinite(row)
-        if not ok.any():
-            out.append({"unit": label, "mean": None})
-            continue
-        out.append({"unit": label, "mean": float(row[ok].mean()), "min": float(row[ok].min()),
-                    "max": float(row[ok].max()), "range": float(row[ok].max() - row[ok].min()),
-                    "worst_residue": int(np.asarray(smap.coords[smap.dims[-1]])[ok][row[ok].argmin()])})
-    return out
 
 
 def compute(args: argparse.Namespace) -> dict[str, Any]:

@@ -4,8 +4,8 @@
 # process; a kind that runs out of memory is recorded with its error, the others go on). The CPU
 # run (python benchmarks/scale.py, T = 4096) stays the default; nothing in the tests needs a GPU.
 #
-#   bash scripts/scale_gpu.sh                       # -> benchmarks/results/scale_gpu.json
-#   SEQ_LENS="1024" DEVICE=cpu bash scripts/scale_gpu.sh   # smoke test without a GPU
+#   bash benchmarks/scale_gpu.sh                       # -> benchmarks/results/scale_gpu.json
+#   SEQ_LENS="1024" DEVICE=cpu bash benchmarks/scale_gpu.sh   # smoke test without a GPU
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEQ_LENS=${SEQ_LENS:-"32768 131072"}

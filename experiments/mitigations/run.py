@@ -1,10 +1,10 @@
-"""`phaseinterp mitigate`: train every mitigation variant at equal budget and seeds, then write the
+"""The mitigation study: train every mitigation variant at equal budget and seeds, then write the
 table (mean, worst phase, gap, periodicity p-value, cache entries per token, training CPU time), the
 figure (worst-phase accuracy against KV memory) and knockout maps of the best mitigation next to
 the baseline.
 
-    phaseinterp mitigate --out out/mitigate --jobs 2            # all variants, seeds 0 and 1 (~35 min, 2 cores)
-    phaseinterp mitigate --quick --out /tmp/m                   # 30 steps per run: checks the pipeline only
+    python -m experiments.mitigations.run --out assets/results/mitigations --jobs 2   # all variants, seeds 0 and 1 (~35 min, 2 cores)
+    python -m experiments.mitigations.run --quick --out /tmp/m                         # 30 steps per run: checks the pipeline only
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from phaseinterp.mitigate.variants import VARIANTS
+from experiments.mitigations.experiment import Settings
+from experiments.mitigations.experiment import run as run_experiment
+from experiments.mitigations.outputs import knockout_comparison, write_outputs
+from phaseinterp.train.variants import VARIANTS
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("mitigate", help="train mitigation variants at equal budget; table, figure, maps",
-                              description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="output folder (runs are resumed from it)")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
                    help="variants to run (default: all)")
@@ -33,14 +34,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-knockout", action="store_true", help="skip the knockout maps")
     p.add_argument("--quick", action="store_true", help="30 steps, 16 examples per residue, 200 replicates")
     p.add_argument("--png", action="store_true", help="also write PNG figures (needs kaleido and a browser)")
-    p.set_defaults(func=run)
+    return p
 
 
-def run(args: argparse.Namespace) -> int:
-    from phaseinterp.mitigate.experiment import Settings
-    from phaseinterp.mitigate.experiment import run as run_experiment
-    from phaseinterp.mitigate.report import knockout_comparison, write_outputs
-
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     quick = dict(steps=30, n_per_residue=16, n_boot=200, n_perm=200) if args.quick else {}
     try:
         settings = Settings(seeds=tuple(args.seeds), steps=quick.get("steps", args.steps),
@@ -53,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             maps = knockout_comparison(result["rows"], result["best"], n_per_residue=settings.n_per_residue,
                                        seed=settings.task_seed)
     except ValueError as err:
-        print(f"phaseinterp mitigate: error: {err}", file=sys.stderr)
+        print(f"experiments.mitigations.run: error: {err}", file=sys.stderr)
         return 2
     written = write_outputs(args.out, result, settings, maps, png=args.png)
     print(result["summary"].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
@@ -61,3 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"best mitigation (highest worst-phase accuracy, mean over seeds): {result['best']}")
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from phaseinterp.mitigate.variants import VARIANTS, entries_per_token, variant
+from phaseinterp.train.variants import VARIANTS, entries_per_token, variant
 
 MODULUS = 8
 FULL_PERIOD = 4
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "checkpoints"
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "checkpoints"  # experiments/mitigations/ -> repo root
 #: shipped checkpoints trained with exactly a variant's recipe (checked against their cards before use)
 SHIPPED = {("baseline", 0): "w4s4", ("baseline", 1): "w4s4-seed1", ("overlap", 0): "w8s4", ("full", 0): "full"}
 

@@ -1,4 +1,4 @@
-"""The recipe rule: model and training config for any compressor, and the zoo trained with it.
+"""The recipe rule: model and training config for any compressor, by one rule.
 
 `rule_recipe(window, stride, ...)` builds a `(ModelConfig, TrainConfig)` by one documented rule
 (docs/training.md, "The recipe rule"), so a stride that is not in the zoo trains the same way as
@@ -9,7 +9,7 @@ those that are:
   `kv_heads` KV heads, both layers compressed alike (or full attention), exact local window 16;
 - data: the shared lookup + language mixture (`recipes.MIXTURE`: 64-token rows, haystack cap
   growing from 2 to 10 records over the first 500 steps, half the rows contiguous); evaluation
-  (cards, `zoo_table`) lengthens the rows where residues mod lcm(S, 8) need it;
+  (cards, the zoo table) lengthens the rows where residues mod lcm(S, 8) need it;
 - init: gate offset biases drawn from Normal(0, `GATE_BIAS_INIT_STD`) (random, seed-dependent
   symmetry breaking among offsets);
 - windows of `ALIGNED_FROM_WINDOW` tokens or more, and uniform gates, start phase-aligned: for the first
@@ -18,8 +18,8 @@ those that are:
 - optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
 
 "Learned" = the best residue reaches `LEARNED_BEST` on the matched task (a compressed model may
-still fail most residues: that is the effect). `ZOO` names the configs shipped in
-`assets/checkpoints/zoo-*` (two seeds each).
+still fail most residues: that is the effect). The zoo (`experiments/zoo/`) is a set of members
+trained by this rule.
 
 Example:
     >>> model_cfg, tcfg = rule_recipe(6, 6)
@@ -119,7 +119,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             model has as many query heads, one per KV head).
         rope: False drops RoPE from the compressed layers (queries, local keys and entries).
         layout: "generic", "deepseek-csa" (DeepSeek-V4's CSA compressor) or "full" attention.
-        width: d_model (MLP 3 x width); 64 on CPU, 256 in `scripts/train_zoo_gpu.sh`. Head size,
+        width: d_model (MLP 3 x width); 64 on CPU, 256 in `experiments/zoo/train_gpu.sh`. Head size,
             data, steps and schedule do not change with it.
         seed: model and data seed.
         aligned: phase-aligned start (None: the rule's choice, `aligned_by_rule`).
@@ -176,35 +176,6 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
     return model_cfg, tcfg
 
 
-#: The zoo: name -> rule arguments (each shipped with seeds 0 and 1 as `zoo-NAME-sSEED`).
-ZOO: dict[str, dict[str, Any]] = {
-    "full-kv4": {"layout": "full", "kv_heads": 4},
-    **{f"w{w}s{w}": {"window": w, "stride": w} for w in (2, 4, 8, 12, 16)},
-    "w8s8-kv4": {"window": 8, "stride": 8, "kv_heads": 4},
-    "w8s4": {"window": 8, "stride": 4},
-    "w16s8": {"window": 16, "stride": 8},
-    "csa": {"layout": "deepseek-csa"},
-    "w8s8-uniform": {"window": 8, "stride": 8, "gate": "uniform"},
-    "w8s8-norope": {"window": 8, "stride": 8, "rope": False},
-}
-
-
-def zoo_recipe(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | None = None
-               ) -> tuple[ModelConfig, TrainConfig]:
-    """The rule's configs of zoo member `name` (see `ZOO`), optionally at another width or with
-    `kv_heads` KV heads instead of the member's (the larger zoo of `scripts/train_zoo_gpu.sh`)."""
-    if name not in ZOO:
-        raise ValueError(f"unknown zoo member {name!r}: allowed {sorted(ZOO)}")
-    member = {**ZOO[name], **({} if kv_heads is None else {"kv_heads": kv_heads})}
-    return rule_recipe(**member, width=width, seed=seed)
-
-
-def zoo_name(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | None = None) -> str:
-    """The run and card name of a zoo member: `zoo-NAME-sSEED`, with `-dWIDTH` and `-kvK` when they
-    differ from the shipped zoo's (e.g. "zoo-w8s8-d256-kv8-s0")."""
-    extras = (f"-d{width}" if width != WIDTH else "") + ("" if kv_heads is None else f"-kv{kv_heads}")
-    return f"zoo-{name}{extras}-s{seed}"
-
-
-__all__ = ["ALIGNED_FROM_WINDOW", "ALIGNED_STEPS", "LEARNED_BEST", "MIN_UNDEMONSTRATED", "WIDTH", "ZOO", "aligned_by_rule", "aligned_phase", "period",
-           "rule_recipe", "steps_for", "table_period", "zoo_name", "zoo_recipe"]
+__all__ = ["ALIGNED_FROM_WINDOW", "ALIGNED_STEPS", "D_HEAD", "D_HEAD_FULL", "LAYOUTS", "LEARNED_BEST", "LOCAL_WINDOW",
+           "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule", "aligned_phase", "period", "rule_recipe",
+           "steps_for", "table_period"]

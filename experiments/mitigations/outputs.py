@@ -9,28 +9,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
+from experiments.mitigations.experiment import MODULUS
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
-from phaseinterp.mitigate.variants import VARIANTS
+from phaseinterp.plot import memory_figure
+from phaseinterp.train.variants import VARIANTS
 
 KNOCKOUT_THRESHOLD = 50.0
-
-
-def memory_figure(rows: pd.DataFrame, title: str = "worst-phase accuracy against KV memory") -> go.Figure:
-    """One marker per run (variant, seed) with the bootstrap interval of its worst residue."""
-    fig = go.Figure()
-    for name, part in rows.groupby("variant", sort=False):
-        jitter = (part.seed - part.seed.mean()) * 0.004
-        fig.add_trace(go.Scatter(
-            x=part.entries_per_token + jitter, y=100 * part.worst, mode="markers", name=name,
-            marker=dict(size=10), text=[f"seed {s}, gap {g:.0f} pp" for s, g in zip(part.seed, part.gap_pp)],
-            error_y=dict(type="data", symmetric=False, array=100 * (part.worst_hi - part.worst),
-                         arrayminus=100 * (part.worst - part.worst_lo))))
-    fig.update_layout(title=title, template="plotly_white", height=480,
-                      xaxis_title="cache entries per token and KV head (long-context limit, log)",
-                      yaxis_title="worst-phase accuracy (%)", xaxis_type="log")
-    return fig
 
 
 def knockout_comparison(rows: pd.DataFrame, best: str, *, n_per_residue: int, seed: int = 0
@@ -39,7 +24,6 @@ def knockout_comparison(rows: pd.DataFrame, best: str, *, n_per_residue: int, se
     accuracy (absolute change in pp with intervals; a run that never learned shows no effect to map)."""
     from phaseinterp.checkpoint import load
     from phaseinterp.interventions import knockout_map
-    from phaseinterp.mitigate.experiment import MODULUS
     from phaseinterp.tasks import RecordLookup
 
     out = {}
@@ -116,5 +100,4 @@ def write_outputs(out: str | Path, result: dict[str, Any], settings, maps: dict[
     return written
 
 
-__all__ = ["KNOCKOUT_THRESHOLD", "knockout_comparison", "knockout_summary", "markdown_table", "memory_figure",
-           "write_outputs"]
+__all__ = ["KNOCKOUT_THRESHOLD", "knockout_comparison", "knockout_summary", "markdown_table", "write_outputs"]

@@ -1,4 +1,4 @@
-"""The mitigation variants of `phaseinterp mitigate`: one baseline, architectural options and
+"""The mitigation variants (the equal-budget comparison of `experiments/mitigations`): one baseline, architectural options and
 training-time options, all on the shipped W4/S4 recipe (`phaseinterp.train.recipes`) so that they
 differ from the baseline in one thing only and train at equal budget (steps, batch, data, seeds).
 

@@ -2,7 +2,7 @@
 phase, for W = S in {4, 8, 16}, every pooling rule and rotation anchor, against the uncompressed
 model; a KV-head knockout map by residue on one compressed variant.
 
-    python -m phaseinterp.pretrained.smollm2            # -> assets/results/smollm2.{md,json}, smollm2_knockout.json
+    python -m experiments.smollm2.run            # -> assets/results/smollm2.{md,json}, smollm2_knockout.json
 
 Steps (all seeded; prompts of the screen, the sweep, the knockout and its calibration are disjoint):
 1. Layer screen: compress one layer at a time (W8/S8 mean@post) on a screen batch; the layers whose
@@ -33,7 +33,7 @@ import numpy as np
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.provenance import dumps, versions
-from phaseinterp.pretrained.induction_sweep import compression_settings, induction_correct, layer_screen, sweep_row
+from phaseinterp.analysis.induction_sweep import compression_settings, induction_correct, layer_screen, sweep_row
 from phaseinterp.tasks.induction import induction_batch, induction_final_batch
 from phaseinterp.units import Unit
 
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                        "worst_layer": worst_layer, "threshold_pp": args.screen_drop,
                                        "clean": float(screen_clean.float().mean())},
               "settings": {k: v for k, v in vars(args).items() if k not in ("out", "verbose")},
-              "command": "python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:]),
+              "command": "python -m experiments.smollm2.run " + " ".join(sys.argv[1:]),
               "cpu_time_s": time.time() - t0, "versions": versions()}
     result["knockout"] = knockout(model, result, args)
     log("knockout done")
@@ -133,7 +133,7 @@ def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace) -> di
     return {"setting": spec.name, "spec": spec.to_dict(), "map": kmap.to_dict(), "cpu_time_s": time.time() - t0,
             "settings": {k: getattr(args, k) for k in ("ko_per_residue", "ko_len", "ko_modulus", "ko_distance", "ko_layers",
                                                        "ko_grid_layer")},
-            "command": "python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:])}
+            "command": "python -m experiments.smollm2.run " + " ".join(sys.argv[1:])}
 
 
 def _ci(lo_hi) -> str:
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.add_layer:  # append W8/S8 one-layer grids to an existing smollm2.json (same prompts)
         result = json.loads((args.out / "smollm2.json").read_text())
         result["rows"] += add_layer_grids(result, args.add_layer)
-        result.setdefault("supplements", []).append("python -m phaseinterp.pretrained.smollm2 " + " ".join(sys.argv[1:]))
+        result.setdefault("supplements", []).append("python -m experiments.smollm2.run " + " ".join(sys.argv[1:]))
         (args.out / "smollm2.json").write_text(dumps(result))
     if args.knockout_only:  # redo the knockout on the sweep of an existing smollm2.json
         from phaseinterp.backends.smollm2 import load_smollm2

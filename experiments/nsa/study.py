@@ -1,7 +1,7 @@
 """The NSA study: phase curves, branch and KV-head knockouts and selection frequencies of every
 shipped NSA checkpoint (issue 18; docs/nsa.md).
 
-    python -m phaseinterp.train.nsa_study       # assets/checkpoints/nsa/*.json -> assets/results/nsa.{md,json}
+    python -m experiments.nsa.study       # assets/checkpoints/nsa/*.json -> assets/results/nsa.{md,json}
 
 Per checkpoint, on its card's matched record-lookup task at residues mod R = 16 (two periods of
 S = 8; rows lengthened to place every residue):
@@ -35,8 +35,9 @@ import numpy as np
 
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.train.evaluate import rows_for
-from phaseinterp.train.nsa_zoo import NSA_ZOO, nsa_name
-from phaseinterp.train.zoo_table import dominant_period, table_period
+from experiments.nsa.members import NSA_ZOO, nsa_name
+from phaseinterp.measure import dominant_period
+from phaseinterp.train.rule import table_period
 
 PROTOCOLS = ("prefix", "insequence")
 
@@ -201,12 +202,12 @@ def _selection_table(sel: list[dict]) -> str:
 
 
 def markdown(results: list[dict], args: argparse.Namespace, missing: list[str], answer: str | None) -> str:
-    cmd = "python -m phaseinterp.train.nsa_study" + ("" if args.checkpoints == Path("assets/checkpoints/nsa") else
+    cmd = "python -m experiments.nsa.study" + ("" if args.checkpoints == Path("assets/checkpoints/nsa") else
                                                       f" --checkpoints {args.checkpoints}")
     parts = ["# Phase sensitivity in Native Sparse Attention (issue 18)\n",
              "Models: `native-sparse-attention-pytorch` 0.2.3 `SparseAttention` in our blocks (docs/nsa.md), trained with "
-             "our trainer: `python scripts/train_nsa_zoo.py` (each run: `phaseinterp train --recipe nsa --member NAME "
-             "--seed N --out runs/nsa/nsa-NAME-sN --ship assets/checkpoints/nsa`). Every layer: compressed branch W/S, "
+             "our trainer: `python -m experiments.nsa.train` (each run: `phaseinterp.train.train` on `nsa_recipe(NAME, seed=N)`, "
+             "run folder runs/nsa/nsa-NAME-sN, shipped to assets/checkpoints/nsa). Every layer: compressed branch W/S, "
              "selection of k blocks of S tokens (k = 0: only the query's own block), sliding window 8 (the matched "
              "task's target record is >= 13 tokens before the query, so it must come through the compressed or selected "
              "branch). Measurements: `" + cmd + "` (this file and nsa.json).\n"]
@@ -251,7 +252,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     cards = sorted(args.checkpoints.glob("*.json"))
     if not cards:
         raise ValueError(f"no NSA checkpoint cards (*.json) in {str(args.checkpoints)!r}: train them first "
-                         "(python scripts/train_nsa_zoo.py)")
+                         "(python -m experiments.nsa.train)")
     from phaseinterp.checkpoint import read_metadata
 
     settings = {"n_per_residue": args.n_per_residue, "n_interv": args.n_interv, "n_boot": args.n_boot, "n_perm": args.n_perm}

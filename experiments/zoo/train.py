@@ -1,13 +1,13 @@
-"""Train the zoo (`phaseinterp.train.zoo.ZOO`) by the recipe rule and ship it.
+"""Train the zoo (`experiments.zoo.members.ZOO`) by the recipe rule and ship it.
 
-    python scripts/train_zoo.py                              # every member, seeds 0 and 1, 2 at a time
-    python scripts/train_zoo.py --members w8s8 w8s8-kv4 --seeds 0 --jobs 1
-    python scripts/train_zoo.py --compile                    # each run's forward through torch.compile
-    bash scripts/train_zoo_gpu.sh                            # the larger zoo on one GPU (width 256, 8 KV heads)
-    python -m phaseinterp.train.zoo_table                    # then the table (assets/results/zoo.md)
+    python -m experiments.zoo.train                          # every member, seeds 0 and 1, 2 at a time
+    python -m experiments.zoo.train --members w8s8 w8s8-kv4 --seeds 0 --jobs 1
+    python -m experiments.zoo.train --compile                # each run's forward through torch.compile
+    bash experiments/zoo/train_gpu.sh                        # the larger zoo on one GPU (width 256, 8 KV heads)
+    python -m experiments.zoo.table                          # then the table (assets/results/zoo.md)
 
-Each run is `phaseinterp train --recipe zoo --member NAME --seed N --out RUNS/zoo-NAME-sN --ship
-assets/checkpoints/zoo` in its own process with one torch thread; a run whose card is already
+Each run is `phaseinterp train --recipe rule RULE-ARGUMENTS-OF-NAME --seed N --name zoo-NAME-sN --out
+RUNS/zoo-NAME-sN --ship assets/checkpoints/zoo` (`members.rule_options`) in its own process with one torch thread; a run whose card is already
 shipped is skipped, an interrupted one resumes from its newest checkpoint. Runs are ordered
 cheapest first (or as given, with --in-order), so a partial pass still covers the most members.
 """
@@ -20,10 +20,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from experiments.zoo.members import ZOO, rule_options, zoo_name, zoo_recipe
+from phaseinterp.train.rule import WIDTH
+
 
 def cost(member: str) -> int:
-    from phaseinterp.train.zoo import zoo_recipe
-
     _, tcfg = zoo_recipe(member)
     return tcfg.steps * tcfg.mixture.seq_len
 
@@ -33,8 +34,6 @@ def options(args: argparse.Namespace) -> list[str]:
     out = ["--eval-examples", str(args.eval_examples)]
     if args.width is not None:
         out += ["--width", str(args.width)]
-    if args.kv_heads is not None:
-        out += ["--kv-heads", str(args.kv_heads)]
     if args.device is not None:
         out += ["--device", args.device]
     if args.steps is not None:
@@ -44,9 +43,7 @@ def options(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def main() -> int:
-    from phaseinterp.train.zoo import WIDTH, ZOO, zoo_name
-
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--members", nargs="+", default=list(ZOO), choices=list(ZOO))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
@@ -60,7 +57,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, help="training steps of every run (default: the rule's; a smoke test: 20)")
     p.add_argument("--compile", action="store_true", help="compile each run's forward pass (1.7x the eager steps per second on CPU, benchmarks/results/train.json)")
     p.add_argument("--eval-examples", type=int, default=256, help="examples per residue of each card (default 256)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     members = args.members if args.in_order else sorted(args.members, key=cost)
     name = lambda m, s: zoo_name(m, s, width=args.width or WIDTH, kv_heads=args.kv_heads)  # noqa: E731
     todo = [(m, s) for m in members for s in args.seeds if not (args.ship / f"{name(m, s)}.json").is_file()]
@@ -68,8 +65,8 @@ def main() -> int:
     def one(job: tuple[str, int]) -> int:
         member, seed = job
         out = args.runs / name(member, seed)
-        cmd = [sys.executable, "-m", "phaseinterp.cli", "train", "--recipe", "zoo", "--member", member, "--seed", str(seed),
-               "--out", str(out), "--ship", str(args.ship), "--no-progress", *options(args)]
+        cmd = [sys.executable, "-m", "phaseinterp.cli", "train", "--recipe", "rule", *rule_options(member, args.kv_heads),
+               "--seed", str(seed), "--name", name(member, seed), "--out", str(out), "--ship", str(args.ship), "--no-progress", *options(args)]
         if (out / "checkpoints").is_dir():
             cmd.append("--resume")
         out.parent.mkdir(parents=True, exist_ok=True)

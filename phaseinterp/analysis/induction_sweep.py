@@ -22,7 +22,7 @@ from phaseinterp.backends.kv_compression import KVCompression, compress_attentio
 from phaseinterp.interventions.stats import paired_cluster_bootstrap
 from phaseinterp.measure import PhaseCurve, evaluate_correct
 from phaseinterp.tasks import PhaseBatch
-from phaseinterp.train.zoo_table import dominant_period
+from phaseinterp.measure import dominant_period
 
 
 def compression_settings(window: int, layers: Sequence[int] | None, *, local: int = 16, sink: int = 0

@@ -1,8 +1,8 @@
 """Specialization among KV heads in a zoo member (PAPER.md claim 4): the KV-head x residue knockout
 map of each seed, in absolute percentage points with bootstrap intervals.
 
-    python scripts/zoo_heads.py                                   # w8s8-kv4, seeds 0 and 1
-    python scripts/zoo_heads.py --member w8s8 --n-per-residue 64
+    python -m experiments.zoo.heads                                   # w8s8-kv4, seeds 0 and 1
+    python -m experiments.zoo.heads --member w8s8 --n-per-residue 64
 
 For each shipped seed: the clean curve by residue mod 16 (two periods of S = 8, on rows long
 enough to place every residue), the knockout map, which KV head owns which residues (knockout
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--member", default="w8s8-kv4")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
@@ -27,7 +27,7 @@ def main() -> int:
     p.add_argument("--threshold", type=float, default=30.0, help="pp lost for a head to own a residue (default 30)")
     p.add_argument("--checkpoints", type=Path, default=Path("assets/checkpoints/zoo"))
     p.add_argument("--out", type=Path, default=Path("assets/results"))
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     import torch
 
@@ -37,7 +37,7 @@ def main() -> int:
     from phaseinterp.plot import map_figure, save_html
     from phaseinterp.tasks import RecordLookup
     from phaseinterp.train.evaluate import rows_for
-    from phaseinterp.train.zoo_table import table_period
+    from phaseinterp.train.rule import table_period
 
     torch.set_num_threads(1)
     found = {}
@@ -73,7 +73,7 @@ def main() -> int:
         print("nothing to do: no shipped seeds")
         return 1
     lines = [f"# KV-head specialization: zoo-{args.member} (PAPER.md claim 4)", "",
-             f"Reproduce: `python scripts/zoo_heads.py --member {args.member}`. Knockout of the query heads reading one "
+             f"Reproduce: `python -m experiments.zoo.heads --member {args.member}`. Knockout of the query heads reading one "
              "KV head at the final position (calibration means from a disjoint split), absolute change in accuracy "
              f"(pp) with a paired cluster-bootstrap 95% interval, {args.n_per_residue} logical examples per residue. A "
              f"head *owns* a residue when its knockout costs >= {args.threshold:g} pp; *weak* residues have clean "

@@ -1,7 +1,7 @@
 """Self-calibrated knockout maps (`calibration="self"`) against maps with a disjoint calibration
 batch of the same size, on shipped zoo models: do they name the same owners?
 
-    python scripts/self_calibration.py          # writes assets/results/self_calibration.json
+    python -m experiments.self_calibration.run          # writes assets/results/self_calibration.json
 
 Per model: 128 logical examples per residue (mod the zoo table's R), a calibration batch of 128 per
 residue from the "calibration" split; the absolute difference between the two maps in pp (mean and
@@ -27,7 +27,7 @@ def compare(name: str, checkpoints: Path, n_per_residue: int) -> dict:
     from phaseinterp.interventions import clear_calibrations, knockout_map
     from phaseinterp.tasks import RecordLookup
     from phaseinterp.train.evaluate import rows_for
-    from phaseinterp.train.zoo_table import table_period
+    from phaseinterp.train.rule import table_period
 
     path = checkpoints / f"{name}.safetensors"
     model = phaseinterp.load(path).eval()
@@ -49,13 +49,13 @@ def compare(name: str, checkpoints: Path, n_per_residue: int) -> dict:
             "cpu_s_calibration_batch": t1 - t0, "cpu_s_self": t2 - t1}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=MODELS)
     p.add_argument("--n-per-residue", type=int, default=128)
     p.add_argument("--checkpoints", type=Path, default=Path("assets/checkpoints/zoo"))
     p.add_argument("--out", type=Path, default=Path("assets/results/self_calibration.json"))
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     import torch
 
@@ -70,7 +70,7 @@ def main() -> int:
         print(f"| {name} | {r['mean_abs_pp']:.2f} | {r['max_abs_pp']:.1f} | {100 * r['inside_interval']:.0f}% of "
               f"{r['cells']} | {same} | {r['cpu_s_calibration_batch']:.1f} / {r['cpu_s_self']:.1f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python scripts/self_calibration.py", "n_per_residue": args.n_per_residue,
+    args.out.write_text(json.dumps({"command": "python -m experiments.self_calibration.run", "n_per_residue": args.n_per_residue,
                                     "threshold_pp": 30, "versions": versions(), "models": rows}, indent=1))
     return 0
 

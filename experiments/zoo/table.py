@@ -1,13 +1,13 @@
 """The zoo table in the paper's shape (PAPER.md section 5 and claims 1-3): every zoo checkpoint,
 every seed, both padding protocols.
 
-    python -m phaseinterp.train.zoo_table      # assets/checkpoints/zoo/*.json -> assets/results/zoo.{md,json,csv}
+    python -m experiments.zoo.table      # assets/checkpoints/zoo/*.json -> assets/results/zoo.{md,json,csv}
 
 Each checkpoint is swept on its card's matched task at residues mod `table_period(P)` (lcm(P, 8) for
 the model's period P, doubled until it spans two periods, with rows lengthened to place every residue when training
 used shorter ones), with a logical-example cluster bootstrap for the mean and the gap and
 permutation tests for "any phase effect" and "period P". The dominant period is the smallest
-period whose harmonics carry 90% of the residue curve's spectral power (`dominant_period`). A run whose best residue stays below `LEARNED_BEST` is reported with its budget and final
+period whose harmonics carry 90% of the residue curve's spectral power (`measure.dominant_period`). A run whose best residue stays below `LEARNED_BEST` is reported with its budget and final
 training loss (its loss curve is the shipped NAME.metrics.jsonl), never dropped.
 """
 
@@ -19,34 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from experiments.zoo.members import ZOO, zoo_name
 from phaseinterp.config import period_of
+from phaseinterp.measure import dominant_period
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
-from phaseinterp.measure.periodicity import period_share
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, accuracy_by_undemonstrated, exclusion_summary, rows_for
-from phaseinterp.train.result import FULL_PERIOD, _architecture, sweep_checkpoint
-from phaseinterp.train.zoo import WIDTH, ZOO, table_period, zoo_name
-
-#: share of the residue curve's variance that period-d patterns must explain for d to be its period
-PERIOD_SHARE = 0.9
-
-
-def dominant_period(accuracy: np.ndarray) -> int | None:
-    """The smallest divisor d < R of R whose period-d harmonics carry at least `PERIOD_SHARE` of
-    the centred curve's spectral power (`period_share`; equivalently, folding the curve at d
-    keeps 90% of its variance). None when the curve is flat or no d < R explains it.
-
-    Example:
-        >>> dominant_period(np.array([0.1, 0.9, 0.9, 0.1] * 4)), dominant_period(np.array([0.5, 0.2, 0.9, 0.1]))
-        (4, None)
-    """
-    acc = np.asarray(accuracy, dtype=float)
-    R = len(acc)
-    if R < 2 or np.isnan(acc).any() or np.ptp(acc) == 0:
-        return None
-    return next((d for d in range(1, R) if R % d == 0 and period_share(acc, d) >= PERIOD_SHARE), None)
+from phaseinterp.train.result import FULL_PERIOD, architecture, sweep_checkpoint
+from phaseinterp.train.rule import WIDTH, table_period
 
 
 def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: int, n_boot: int, n_perm: int,
@@ -62,7 +42,7 @@ def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: in
     s = curve.summary()
     return {
         "model": card["name"], "member": card["name"].rsplit("-s", 1)[0].removeprefix("zoo-"),
-        "architecture": _architecture(card["model_config"]), "kv_heads": card["model_config"]["n_kv_heads"],
+        "architecture": architecture(card["model_config"]), "kv_heads": card["model_config"]["n_kv_heads"],
         "S": strides[0] if len(strides) == 1 else None, "seed": card["seed"], "protocol": protocol, "modulus": modulus,
         "steps": card["steps"], "cpu_time_s": card.get("cpu_time_s"), "final_loss": card["final_metrics"].get("loss"),
         "learned": bool(s["best"] >= LEARNED_BEST), "mean": s["mean"], "mean_ci": list(s["mean_interval"]),
@@ -129,7 +109,7 @@ def training_rows(card_path: Path, model) -> dict[str, Any]:
 def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
         n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS, width: int | None = None,
         kv_heads: int | None = None, only: list[str] | None = None, members: list[str] | None = None,
-        seeds: tuple[int, ...] = (0, 1), command: str = "python -m phaseinterp.train.zoo_table") -> list[dict[str, Any]]:
+        seeds: tuple[int, ...] = (0, 1), command: str = "python -m experiments.zoo.table") -> list[dict[str, Any]]:
     """Sweep every zoo card in `checkpoints`; write zoo.md, zoo.json and zoo.csv to `out`. `width`,
     `kv_heads`, `members` (default: all of `ZOO`) and `seeds` name the zoo the folder should hold
     (`zoo_name`), for the list of runs not trained yet; `command` is the table's "Reproduce" line.
@@ -162,7 +142,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
                   f"period {r['dominant_period']}  {r['verdict']}", flush=True)
     names = [zoo_name(m, seed, width=width or WIDTH, kv_heads=kv_heads) for m in members or ZOO for seed in seeds]
     missing = [n for n in names if not (checkpoints / f"{n}.json").is_file()]
-    train = "python scripts/train_zoo.py" + (f" --members {' '.join(members)}" if members else "") + (
+    train = "python -m experiments.zoo.train" + (f" --members {' '.join(members)}" if members else "") + (
         f" --seeds {' '.join(map(str, seeds))}" if tuple(seeds) != (0, 1) else "")
     note = (f"Not trained yet ({len(missing)} of {len(names)} runs; `{train}` trains what is "
             f"missing): {', '.join(missing)}.\n\n" if missing else "")
@@ -217,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--members", nargs="+", choices=list(ZOO), help="the members the folder should hold (default: all)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="the seeds the folder should hold (default: 0 1)")
     args = p.parse_args(argv)
-    command = " ".join(["python -m phaseinterp.train.zoo_table", *_without_only(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m experiments.zoo.table", *_without_only(sys.argv[1:] if argv is None else argv)])
     run(args.checkpoints, args.out, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm,
         protocols=tuple(args.protocols), width=args.width, kv_heads=args.kv_heads, only=args.only,
         members=args.members, seeds=tuple(args.seeds), command=command)
