@@ -10,7 +10,6 @@ from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
                                           write_json)
-from phaseinterp.analysis.map_summary import unit_summary
 from phaseinterp.units import LEVELS
 
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
@@ -86,6 +85,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from phaseinterp.analysis.map_summary import unit_summary
     from phaseinterp.analysis import SpecializationMap
     from phaseinterp.measure import PhaseCurve
     from phaseinterp.plot import phase_figure

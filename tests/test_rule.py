@@ -1,4 +1,6 @@
-"""The recipe rule, the zoo's configs, the sparse-start curriculum and the trainer's fast path."""
+"""The recipe rule (`phaseinterp.train.rule`), the sparse-start and aligned-start curricula, the
+exclusion-shortcut counts and the trainer's fast path. The zoo trained with the rule is a study:
+experiments/zoo/test_zoo.py."""
 
 from __future__ import annotations
 
@@ -17,24 +19,7 @@ from phaseinterp.train import Mixture, make_batch
 from phaseinterp.train.data import IGNORE
 from phaseinterp.train.loop import batch_sums
 from phaseinterp.train.recipes import MIXTURE
-from phaseinterp.train.zoo import ALIGNED_STEPS, ZOO, period, rule_recipe, table_period, zoo_name, zoo_recipe
-
-
-@pytest.mark.parametrize("name", sorted(ZOO))
-def test_every_zoo_member_is_evaluated_at_every_residue_of_its_table_period(name):
-    from phaseinterp.train.zoo_table import table_period
-
-    model_cfg, tcfg = zoo_recipe(name)
-    R = table_period(model_cfg.residue_modulus)
-    assert R % 8 == 0 and all(R % s == 0 and R >= 2 * s for s in model_cfg.strides)
-    kw = tcfg.mixture.eval_task_kwargs()
-    task = RecordLookup(**{**kw, "seq_len": max(kw["seq_len"], RecordLookup(**{**kw, "seq_len": None}).min_seq_len(R))})
-    batch = task.sample(2, R, seed=0)
-    assert sorted(set(batch.residue.tolist())) == list(range(R))
-    key_pos = batch.key_pos.float()
-    means = [key_pos[batch.residue == r].mean().item() for r in range(R)]
-    assert max(means) - min(means) < R  # position matched: the needle's mean position does not track r
-    assert not tcfg.mixture.sparse_start and tcfg.mixture.curriculum_steps == 500  # dense from the start
+from phaseinterp.train.rule import ALIGNED_STEPS, rule_recipe, table_period
 
 
 def test_the_rule_builds_what_was_asked():
@@ -65,15 +50,6 @@ def test_the_rule_starts_large_windows_and_uniform_gates_phase_aligned_at_a_seed
     assert (w8.aligned_steps, w8.aligned_modulus) == (2000, 16)
     with pytest.raises(ValueError, match=re.escape("aligned=True is invalid for layout='full'")):
         rule_recipe(layout="full", aligned=True)
-
-
-def test_the_larger_zoo_changes_width_and_kv_heads_only():
-    small, small_t = zoo_recipe("w8s8", seed=1)
-    big, big_t = zoo_recipe("w8s8", seed=1, width=256, kv_heads=8)
-    assert (big.d_model, big.d_mlp, big.n_heads, big.n_kv_heads, big.d_head) == (256, 768, 8, 8, small.d_head)
-    assert big.layers == small.layers and big_t == small_t  # same compressor, data, steps and schedule
-    assert zoo_recipe("w8s8-kv4", kv_heads=2)[0].n_kv_heads == 2 and zoo_recipe("w8s8-kv4")[0].n_kv_heads == 4
-    assert zoo_name("w8s8", 1, width=256, kv_heads=8) == "zoo-w8s8-d256-kv8-s1" and zoo_name("w8s8", 0) == "zoo-w8s8-s0"
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -198,14 +174,10 @@ def test_cli_min_undemonstrated_reaches_the_mixture_and_names_the_run(tmp_path, 
 
 def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     base = ["train", "--out", str(tmp_path / "x"), "--no-progress"]
-    assert main([*base, "--recipe", "zoo"]) == 2
-    assert "--recipe zoo needs --member: allowed [" in capsys.readouterr().err
     assert main([*base, "--recipe", "rule", "--window", "8", "--stride", "8", "--kv-heads", "3"]) == 2
     assert "kv_heads=3 is invalid" in capsys.readouterr().err
     assert main([*base, "--preset", "w4s4", "--window", "8", "--no-rope"]) == 2
     assert "--window --no-rope apply only with --recipe rule" in capsys.readouterr().err
-    assert main([*base, "--recipe", "zoo", "--member", "w8s8", "--window", "4"]) == 2
-    assert "--no-rope/--layout/--aligned-start/--min-undemonstrated are for --recipe rule" in capsys.readouterr().err
     assert main([*base, "--preset", "w4s4", "--width", "128"]) == 2
     assert "--width apply only with --recipe rule" in capsys.readouterr().err
 
@@ -220,95 +192,9 @@ def test_cli_recipe_errors_are_one_line(tmp_path, capsys):
     ([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] * 2, 12),
 ])
 def test_dominant_period_reads_the_strongest_frequency(curve, expected):
-    from phaseinterp.train.zoo_table import dominant_period
+    from phaseinterp.measure import dominant_period
 
     assert dominant_period(np.array(curve, dtype=float)) == expected
-
-
-def test_zoo_table_reports_a_run_that_did_not_learn_with_its_budget(tmp_path):
-    from phaseinterp.train.zoo_table import run
-
-    out = tmp_path / "run"
-    assert main(["train", "--recipe", "rule", "--window", "4", "--stride", "4", "--steps", "2", "--out", str(out),
-                 "--no-progress", "--eval-examples", "2", "--ship", str(tmp_path / "zoo"), "--name", "zoo-w4s4-s0"]) == 0
-    rows = run(tmp_path / "zoo", tmp_path / "results", n_per_residue=2, n_boot=10, n_perm=10)
-    assert [(r["member"], r["protocol"], r["modulus"], r["learned"]) for r in rows] == [
-        ("w4s4", "prefix", 8, False), ("w4s4", "insequence", 8, False)]
-    text = (tmp_path / "results" / "zoo.md").read_text()
-    assert "| w4s4 | W4/S4 scalar | 1 | 0 | prefix | 8 | 2 " in text and "**no** (final loss" in text
-    summary = rows[0]["training_rows"]
-    assert rows[1]["training_rows"] == summary and summary["one_rows"] + summary["several_rows"] == 1024
-    assert summary["one"] < 0.2 and summary["several"] < 0.2  # two steps: neither exclusion nor retrieval
-    assert f"| {summary['one']:.2f} / {summary['several']:.2f} |" in text
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["zoo.csv", "zoo.json", "zoo.md"]
-    assert "Not trained yet (23 of 24 runs;" in text and "zoo-w4s4-s1, zoo-w8s8-s0" in text
-
-
-def test_zoo_table_names_the_runs_its_folder_should_hold_and_its_command(tmp_path):
-    from phaseinterp.train import zoo_table
-
-    zoo = tmp_path / "zoo"
-    assert main(["train", "--recipe", "rule", "--window", "4", "--stride", "4", "--steps", "2", "--out", str(tmp_path / "run"),
-                 "--no-progress", "--eval-examples", "1", "--ship", str(zoo), "--name", "zoo-w4s4-s2"]) == 0
-    sweep = ["--checkpoints", str(zoo), "--n-per-residue", "2", "--n-boot", "10", "--n-perm", "10", "--protocols", "prefix"]
-    assert zoo_table.main([*sweep, "--out", str(tmp_path / "a"), "--members", "w4s4", "w8s8", "--seeds", "2", "3"]) == 0
-    text = (tmp_path / "a" / "zoo.md").read_text()
-    assert "Not trained yet (3 of 4 runs; `python scripts/train_zoo.py --members w4s4 w8s8 --seeds 2 3` trains what is missing): zoo-w4s4-s3, zoo-w8s8-s2, zoo-w8s8-s3." in text
-    assert f"Reproduce: `python -m phaseinterp.train.zoo_table {' '.join(sweep)} --out {tmp_path / 'a'} --members w4s4 w8s8 --seeds 2 3`." in text
-    assert zoo_table.main([*sweep, "--out", str(tmp_path / "a"), "--members", "w4s4", "--seeds", "2", "--only", "zoo-w4s4-s2"]) == 0
-    text = (tmp_path / "a" / "zoo.md").read_text()
-    assert "Not trained yet" not in text  # one member, one seed: nothing missing
-    assert f"--members w4s4 --seeds 2`." in text and "--only" not in text
-    assert f"Loss curves: `{zoo.as_posix()}/NAME.metrics.jsonl`." in text
-
-
-def test_zoo_table_only_resweeps_the_named_cards_and_keeps_the_other_rows(tmp_path):
-    from phaseinterp.train.zoo_table import run
-
-    zoo, results = tmp_path / "zoo", tmp_path / "results"
-    for name, extra in (("zoo-w4s4-s0", []), ("zoo-w12s12-s0", ["--window", "12", "--stride", "12"])):
-        shape = extra or ["--window", "4", "--stride", "4"]
-        assert main(["train", "--recipe", "rule", *shape, "--steps", "2", "--out", str(tmp_path / name), "--no-progress",
-                     "--eval-examples", "1", "--ship", str(zoo), "--name", name]) == 0
-    sweep = {"n_per_residue": 2, "n_boot": 10, "n_perm": 10, "protocols": ("prefix",)}
-    first = run(zoo, results, **sweep)
-    assert [r["aligned_start"] for r in first] == [{"steps": 2000, "modulus": 24, "phase": rule_recipe(12, 12)[1].mixture.aligned_phase}, None]
-    assert ", first 2000 at r = " in (results / "zoo.md").read_text()
-    table = json.loads((results / "zoo.json").read_text())
-    table["rows"][1]["mean"] = 0.5  # a marker: kept rows are copied, not re-swept
-    (results / "zoo.json").write_text(json.dumps(table))
-    again = run(zoo, results, **sweep, only=["zoo-w12s12-s0"])
-    assert again[1]["mean"] == 0.5 and again[0]["accuracy"] == first[0]["accuracy"]
-    assert again[1]["training_rows"] == first[1]["training_rows"]  # kept rows get the per-card column too
-    with pytest.raises(ValueError, match=re.escape("--only zoo-w9s9-s0: no such card; allowed ['zoo-w12s12-s0', 'zoo-w4s4-s0']")):
-        run(zoo, results, **sweep, only=["zoo-w9s9-s0"])
-    with pytest.raises(ValueError, match="this sweep uses"):
-        run(zoo, results, **{**sweep, "n_per_residue": 3}, only=["zoo-w4s4-s0"])
-    with pytest.raises(FileNotFoundError, match="run the whole table"):
-        run(zoo, tmp_path / "nowhere", **sweep, only=["zoo-w4s4-s0"])
-
-
-def test_shipped_zoo_checkpoints_are_the_rule_configs_their_cards_name():
-    from pathlib import Path
-
-    import phaseinterp
-    from phaseinterp.train import TrainConfig
-
-    folder = Path(__file__).resolve().parents[1] / "assets" / "checkpoints" / "zoo"
-    cards = sorted(folder.glob("*.json"))
-    if not cards:
-        pytest.skip("no zoo checkpoints shipped")
-    for path in cards:
-        card = json.loads(path.read_text())
-        member, seed = card["name"].removeprefix("zoo-").rsplit("-s", 1)
-        model_cfg, tcfg = zoo_recipe(member, seed=int(seed))
-        meta = phaseinterp.checkpoint.read_metadata(path.with_suffix(".safetensors"))
-        assert meta["config"] == card["model_config"] == json.loads(json.dumps(model_cfg.to_dict()))
-        trained = TrainConfig.from_dict(card["train_config"])
-        # compile=True (scripts/train_zoo.py --compile) changes how the forward runs, not the recipe
-        assert json.loads(json.dumps(trained.replace(compile=tcfg.compile).to_dict())) == json.loads(json.dumps(tcfg.to_dict()))
-        assert card["steps"] == tcfg.steps and card["phase_curve"]["task"]["modulus"] == period(model_cfg.residue_modulus)
-        assert (path.parent / f"{path.stem}.metrics.jsonl").is_file()  # the loss curve
 
 
 @pytest.mark.slow  # torch.compile takes a minute or two on these machines
@@ -350,20 +236,6 @@ def test_absolute_knockout_change_is_defined_at_weak_residues_and_matches_the_ac
     assert ab.quantity == "absolute accuracy change (pp)" and ab.values.min() < -50  # layer 1's head owns phases
     with pytest.raises(ValueError, match="change='ratio' is invalid: allowed one of"):
         knockout_map(model, batch, calib, n_boot=5, change="ratio")
-
-
-def test_report_names_the_aligned_start_of_exactly_the_members_the_rule_aligns():
-    from phaseinterp.report.zoo import RESULTS, zoo_section
-
-    if not RESULTS.is_file():
-        pytest.skip("no zoo table shipped")
-    table = zoo_section().tables[0]
-    for model, text in zip(table["model"], table["aligned start"]):
-        member, seed = model.removeprefix("zoo-").rsplit("-s", 1)
-        mix = zoo_recipe(member, seed=int(seed))[1].mixture
-        expected = f"r = {mix.aligned_phase} mod {mix.aligned_modulus}, first 2000 steps" if mix.aligned_steps else ""
-        assert text == expected, model
-    assert (table["aligned start"] != "").sum() == 2 * 8  # W12/S12, W16/S16, W16/S8, uniform: 2 seeds x 2 protocols
 
 
 def test_learned_share_counts_a_seed_once_when_either_protocol_learned(tmp_path):
