@@ -47,7 +47,9 @@ def nsa_recipe(name: str, seed: int = 0, *, steps: int = STEPS) -> tuple[NSAConf
     cfg = NSAConfig(vocab_size=VOCAB, compress_block=W, compress_stride=S, num_selected=k,
                     sliding_window=SLIDING_WINDOW, d_head=D_HEAD,
                     compress_mlp_expand_factor=COMPRESS_HIDDEN / (W * D_HEAD))
-    tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=MIXTURE, checkpoint_every=steps, log_every=50)
+    # a run shorter than the warm-up (a smoke test) warms up for a tenth of it, as `phaseinterp train --steps`
+    warmup = TRAIN.warmup_steps if steps >= TRAIN.warmup_steps else steps // 10
+    tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=MIXTURE, checkpoint_every=steps, log_every=50, warmup_steps=warmup)
     return cfg, tcfg
 
 
