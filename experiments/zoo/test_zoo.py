@@ -171,3 +171,19 @@ def test_the_training_queue_trains_ships_and_skips_what_is_shipped(tmp_path):
     assert card["steps"] == 2 and card["train_config"]["mixture"] == json.loads(json.dumps(tcfg.mixture.to_dict()))
     again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "0 runs: " in again.stdout  # shipped: skipped
+
+
+def test_the_heads_study_maps_each_seed_and_names_owners_and_weak_residues(tmp_path):
+    from experiments.zoo.heads import main as heads
+
+    argv = ["--member", "w8s8-kv4", "--seeds", "0", "--n-per-residue", "2", "--checkpoints",
+            str(ROOT / "assets" / "checkpoints" / "zoo"), "--out", str(tmp_path)]
+    assert heads(argv) == 0
+    data = json.loads((tmp_path / "zoo_heads_w8s8-kv4.json").read_text())
+    seed = data["seeds"]["0"]
+    assert seed["modulus"] == 16 and len(seed["clean"]) == 16 and len(seed["values"]) == 2 and len(seed["values"][0]) == 4
+    assert set(seed["weak_unowned"]) | set(seed["weak_owned"]) == set(seed["weak"])
+    assert "Reproduce: `python -m experiments.zoo.heads --member w8s8-kv4`" in (tmp_path / "zoo_heads_w8s8-kv4.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "zoo_heads").iterdir()) == [
+        "zoo-w8s8-kv4-s0.csv", "zoo-w8s8-kv4-s0.html", "zoo-w8s8-kv4-s0.json"]
+    assert heads([*argv[:3], "7", *argv[4:]]) == 1  # no shipped seed 7: nothing to do
