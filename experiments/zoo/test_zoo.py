@@ -6,8 +6,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -157,20 +155,21 @@ def test_the_training_queue_asks_the_verb_for_exactly_the_members_configs(name, 
         member("w9s9")
 
 
-def test_the_training_queue_trains_ships_and_skips_what_is_shipped(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", "experiments.zoo.train", "--members", "w4s4", "--seeds", "0", "--jobs", "1",
-            "--steps", "2", "--eval-examples", "1", "--device", "cpu", "--runs", str(tmp_path / "runs"),
-            "--ship", str(tmp_path / "zoo")]
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 runs: zoo-w4s4-s0" in done.stdout and "done: zoo-w4s4-s0" in done.stdout
+def test_the_training_queue_trains_ships_and_skips_what_is_shipped(tmp_path, monkeypatch, capsys):
+    from experiments.zoo.train import main as queue
+
+    # each run is a `phaseinterp train` process: it must import this checkout's package
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    argv = ["--members", "w4s4", "--seeds", "0", "--jobs", "1", "--steps", "2", "--eval-examples", "1", "--device", "cpu",
+            "--runs", str(tmp_path / "runs"), "--ship", str(tmp_path / "zoo")]
+    assert queue(argv) == 0, (tmp_path / "runs" / "zoo-w4s4-s0.log").read_text()
+    out = capsys.readouterr().out
+    assert "1 runs: zoo-w4s4-s0" in out and "done: zoo-w4s4-s0" in out
     card = json.loads((tmp_path / "zoo" / "zoo-w4s4-s0.json").read_text())
     model_cfg, tcfg = zoo_recipe("w4s4")
     assert card["name"] == "zoo-w4s4-s0" and card["model_config"] == json.loads(json.dumps(model_cfg.to_dict()))
     assert card["steps"] == 2 and card["train_config"]["mixture"] == json.loads(json.dumps(tcfg.mixture.to_dict()))
-    again = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "0 runs: " in again.stdout  # shipped: skipped
+    assert queue(argv) == 0 and "0 runs: " in capsys.readouterr().out  # shipped: skipped
 
 
 def test_the_heads_study_maps_each_seed_and_names_owners_and_weak_residues(tmp_path):
