@@ -195,9 +195,10 @@ def test_the_smollm2_study_runs_in_quick_mode(smol, tmp_path, monkeypatch):
     monkeypatch.setattr(smollm2, "load_smollm2", lambda: smol)
     main(["--out", str(tmp_path), "--prompts", "2", "--length", "32", "--windows", "4", "--screen-prompts", "1",
           "--ko-per-residue", "1", "--ko-len", "32", "--ko-distance", "12", "--ko-layers", "0", "--n-boot", "20",
-          "--n-perm", "20", "--no-all-layers-control"])
+          "--n-perm", "20", "--no-all-layers-control", "--anchors", "post"])
     result = json.loads((tmp_path / "smollm2.json").read_text())
     grids = {r["grid"] for r in result["rows"]}
     assert "baseline" in grids and f"layer {result['screen']['worst_layer']}" in grids
+    assert {r["spec"]["anchor"] for r in result["rows"] if r["spec"]} == {"post"}
     assert len(result["screen"]["drop_pp"]) == 30 and result["knockout"]["settings"]["ko_layers"] == [0]
     assert "SmolLM2" in (tmp_path / "smollm2.md").read_text()

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     grids += [("all layers", W, None) for W in args.windows[:1]] if args.all_layers_control else []
     outcomes: dict[str, Any] = {}
     for grid, W, chosen in grids:
-        specs = compression_settings(W, chosen, **common)
+        specs = [s for s in compression_settings(W, chosen, **common) if s.anchor in args.anchors]
         if grid == "all layers":
             specs = specs[:1]
         for spec in specs:
@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--windows", type=int, nargs="+", default=[4, 8, 16])
     p.add_argument("--local", type=int, default=16)
     p.add_argument("--sink", type=int, default=0)
+    p.add_argument("--anchors", nargs="+", choices=["post", "first", "centre", "last"],
+                   default=["post", "first", "centre", "last"], help="rotation anchors of the grids (default: all)")
     p.add_argument("--screen-prompts", type=int, default=4)
     p.add_argument("--screen-drop", type=float, default=20.0)
     p.add_argument("--all-layers-control", action=argparse.BooleanOptionalAction, default=True)
