@@ -86,3 +86,24 @@ def test_a_study_uses_the_public_api_and_documents_itself(study):
 def test_the_index_lists_every_study():
     index = (ROOT / "experiments" / "README.md").read_text()
     assert sorted(re.findall(r"\[`(\w+)/`\]", index)) == sorted(p.name for p in STUDIES)
+
+
+def test_a_verb_calls_library_functions_not_another_verb_nor_the_cli():
+    # `reproduce` once parsed a fake argv through cli.py and ran other verbs' compute(args)
+    verbs = sorted(p for p in (ROOT / "phaseinterp" / "commands").glob("*.py") if not p.name.startswith("_"))
+    found = {}
+    for path in verbs:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value] if re.fullmatch(r"phaseinterp\.(cli|commands\.\w+)", node.value) else []
+            bad = [n for n in names if n == "phaseinterp.cli" or (n.startswith("phaseinterp.commands.")
+                                                                   and n != "phaseinterp.commands._common"
+                                                                   and not n.startswith("phaseinterp.commands._common."))]
+            if bad:
+                found.setdefault(path.name, []).append(node.lineno)
+    assert len(verbs) >= 7 and not found, f"verbs importing another verb or the CLI: {found}"
