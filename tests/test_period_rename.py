@@ -16,8 +16,8 @@ from phaseinterp.flip import FillerSpec, FlipResult, completion_flip, completion
 from phaseinterp.measure import PhaseCurve, induction_oracle, periodicity_gap, phase_sweep
 from phaseinterp.plot import phase_figure
 from phaseinterp.tasks import RecordLookup
-from phaseinterp.train.zoo import period as zoo_modulus
-from phaseinterp.train.zoo_table import table_period
+from phaseinterp.train.rule import period as zoo_modulus
+from phaseinterp.train.rule import table_period
 from tests.test_tasks_niah import word_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -154,7 +154,7 @@ def test_nnsight_backend_units_gates_and_entries(model, tokens):
 
 
 def test_induction_sweep_and_statistics(model):
-    from phaseinterp.pretrained.induction_sweep import induction_correct, sweep_row
+    from phaseinterp.analysis.induction_sweep import induction_correct, sweep_row
 
     batch = induction_batch(2, 48, 8, seed=11)
     clean = induction_correct(model, batch)
@@ -183,3 +183,22 @@ def test_knockout_map_on_a_compressed_layer(model):
     with backend.intervene(Replace(Unit("layer", 18), 0.0)):
         knocked = backend.final_logits(batch.tokens, batch.query_pos)
     assert not torch.allclose(knocked, backend.final_logits(batch.tokens, batch.query_pos))
+
+
+def test_the_smollm2_study_runs_in_quick_mode(smol, tmp_path, monkeypatch):
+    # experiments/smollm2 end to end on the session's model (loading it again costs ~20 s)
+    import json
+
+    import phaseinterp.backends.smollm2 as smollm2
+    from experiments.smollm2.run import main
+
+    monkeypatch.setattr(smollm2, "load_smollm2", lambda: smol)
+    main(["--out", str(tmp_path), "--prompts", "2", "--length", "32", "--windows", "4", "--screen-prompts", "1",
+          "--ko-per-residue", "1", "--ko-len", "32", "--ko-distance", "12", "--ko-layers", "0", "--n-boot", "20",
+          "--n-perm", "20", "--no-all-layers-control", "--anchors", "post"])
+    result = json.loads((tmp_path / "smollm2.json").read_text())
+    grids = {r["grid"] for r in result["rows"]}
+    assert "baseline" in grids and f"layer {result['screen']['worst_layer']}" in grids
+    assert {r["spec"]["anchor"] for r in result["rows"] if r["spec"]} == {"post"}
+    assert len(result["screen"]["drop_pp"]) == 30 and result["knockout"]["settings"]["ko_layers"] == [0]
+    assert "SmolLM2" in (tmp_path / "smollm2.md").read_text()

@@ -251,12 +251,12 @@ def test_cli_trains_from_a_config_file_writes_a_card_and_ships(tmp_path):
     model = phaseinterp.load(tmp_path / "assets" / "mini.safetensors")
     assert model.cfg == cfg
     assert phaseinterp.checkpoint.read_metadata(tmp_path / "assets" / "mini.safetensors")["extra"]["step"] == 6
-    from phaseinterp.train.result import run as periodicity
+    from phaseinterp.train.result import sweep_checkpoint
 
-    table = periodicity(tmp_path / "assets", tmp_path / "results", n_per_residue=2, n_boot=20, n_perm=20)
-    assert table["model"].tolist() == ["mini"] and table["P"].tolist() == [4]
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
-        "overlay.html", "periodicity.csv", "periodicity.json", "periodicity.md"]
+    card = json.loads((tmp_path / "assets" / "mini.json").read_text())
+    curve, task = sweep_checkpoint(tmp_path / "assets" / "mini.safetensors", card, n_per_residue=2, task_seed=0,
+                                   protocol="prefix", n_boot=20, n_perm=20)
+    assert curve.period == 4 and len(curve.accuracy) == 8 and task == {**card["data"]["eval_task"], "protocol": "prefix"}
 
 
 def test_cli_reports_bad_arguments_and_resume_mismatches_as_one_error_line(tmp_path, capsys):

@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -15,7 +20,7 @@
 # directly on a trained model, introduces the five mitigations phaseinterp implements (random chunk
 # offsets, multi-offset compression, overlapping windows, a coverage regularizer and a gate
 # entropy regularizer), and reads the equal-budget experiment that ships with the repository
-# (`phaseinterp mitigate`). The costs of each option are in `docs/mitigations.md`.
+# (the study in `experiments/mitigations`). The costs of each option are in `docs/mitigations.md`.
 
 # %%
 import json
@@ -31,8 +36,8 @@ import pandas as pd
 import phaseinterp
 from phaseinterp import CompressionConfig
 from phaseinterp.measure import phase_sweep
-from phaseinterp.mitigate.report import memory_figure
-from phaseinterp.mitigate.variants import VARIANTS, entries_per_token
+from phaseinterp.plot import memory_figure
+from phaseinterp.train.variants import VARIANTS, entries_per_token
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.mitigation import Mitigation, coverage_penalty, recorded_key_gates, shifted_grid
 
@@ -93,7 +98,7 @@ print(Mitigation(coverage_weight=0.1, entropy_weight=0.1))
 # %% [markdown]
 # ## The equal-budget experiment
 #
-# `phaseinterp mitigate --out DIR --jobs 2` trained every variant with the shipped W4/S4 recipe
+# `python -m experiments.mitigations.run --out DIR --jobs 2` (the study in `experiments/mitigations/`) trained every variant with the shipped W4/S4 recipe
 # (2000 steps, seeds 0 and 1) and measured it on record lookup mod 8. Its results ship in
 # `assets/results/mitigations/`.
 

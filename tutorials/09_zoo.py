@@ -16,9 +16,9 @@
 # %% [markdown]
 # # 09 The zoo: one recipe rule, every compressor, heads that divide the phases
 #
-# `phaseinterp.train.zoo.rule_recipe(W, S, ...)` builds model and training config for any
+# `phaseinterp.train.rule.rule_recipe(W, S, ...)` builds model and training config for any
 # compressor by one rule (docs/training.md, "The recipe rule"); the zoo is that rule applied to the
-# paper's compressor family, two seeds each, shipped in `assets/checkpoints/zoo/` and tabled in
+# paper's compressor family, two seeds each (the study in `experiments/zoo/`), shipped in `assets/checkpoints/zoo/` and tabled in
 # `assets/results/zoo.md`. A run has *learned* when its best residue reaches 80% on its matched
 # task: a compressed model may still fail most residues, which is the effect.
 #
@@ -41,14 +41,13 @@ from phaseinterp.interventions import knockout_map
 from phaseinterp.measure import phase_sweep
 from phaseinterp.plot import map_figure
 from phaseinterp.tasks import RecordLookup
-from phaseinterp.train.zoo import ZOO, rule_recipe
+from phaseinterp.train.rule import rule_recipe
 
 ROOT = Path(phaseinterp.__file__).resolve().parents[1]
 ZOO_DIR = ROOT / "assets" / "checkpoints" / "zoo"
 
 model_cfg, tcfg = rule_recipe(6, 6)  # a stride that is not in the zoo: same rule
 print(model_cfg.compression(0).window, model_cfg.d_head, tcfg.steps, tcfg.mixture.seq_len)
-print(sorted(ZOO))
 
 # %% [markdown]
 # ## The table
@@ -59,6 +58,7 @@ print(sorted(ZOO))
 
 # %%
 rows = pd.DataFrame(json.loads((ROOT / "assets" / "results" / "zoo.json").read_text())["rows"])
+print(sorted(rows.member.unique()))  # the members (experiments/zoo/members.py: their rule arguments)
 rows[["model", "protocol", "modulus", "learned", "mean", "worst", "gap_pp", "best_residue", "dominant_period",
       "verdict"]].round(3)
 

@@ -37,7 +37,7 @@ from phaseinterp.backends import KVCompression, SetGate, Unit, backend_for, comp
 from phaseinterp.backends.kv_compression import hook_cache
 from phaseinterp.backends.smollm2 import load_smollm2
 from phaseinterp.plot import phase_rows_figure
-from phaseinterp.pretrained.induction_sweep import induction_correct, sweep_row
+from phaseinterp.analysis.induction_sweep import induction_correct, sweep_row
 from phaseinterp.tasks import induction_batch
 
 model, tokenizer = load_smollm2()
@@ -109,7 +109,7 @@ restore_attention(model);
 # %% [markdown]
 # ## The full experiment (shipped results)
 #
-# `python -m phaseinterp.pretrained.smollm2` runs every rule and anchor at W = S in {4, 8, 16}
+# `python -m experiments.smollm2.run` (the study in `experiments/smollm2/`) runs every rule and anchor at W = S in {4, 8, 16}
 # (about half an hour on one core) and writes `assets/results/smollm2.md` and `.json`.
 
 # %%

@@ -67,7 +67,7 @@ print("blocks chosen at the last position (per KV head):", cache[a + "select.hoo
 # %% [markdown]
 # ## Trained models: phase curves with and without selection
 #
-# The shipped NSA zoo (`scripts/train_nsa_zoo.py`; cards next to the weights) has a sliding window
+# The shipped NSA zoo (`python -m experiments.nsa.train`; cards next to the weights) has a sliding window
 # of 8 tokens: the target record is 13 or more tokens before the query, so it must come through the
 # compressed or the selected branch. A quick sweep (48 logical examples per residue, mod 16 = two
 # periods of S = 8; the full tables are in `assets/results/nsa.md`):

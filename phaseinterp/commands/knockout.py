@@ -59,22 +59,6 @@ def _positions(text: str):
         raise ValueError(f"--positions={text!r} is invalid: allowed 'final', 'all' or comma-separated ints") from None
 
 
-def unit_summary(smap) -> list[dict[str, Any]]:
-    """Per unit: mean, min and max change over residues, their range and the worst residue."""
-    import numpy as np
-
-    out = []
-    for label, row in zip(smap.row_labels(), smap.as_2d()):
-        ok = np.isfinite(row)
-        if not ok.any():
-            out.append({"unit": label, "mean": None})
-            continue
-        out.append({"unit": label, "mean": float(row[ok].mean()), "min": float(row[ok].min()),
-                    "max": float(row[ok].max()), "range": float(row[ok].max() - row[ok].min()),
-                    "worst_residue": int(np.asarray(smap.coords[smap.dims[-1]])[ok][row[ok].argmin()])})
-    return out
-
-
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap, phase_swap
 
@@ -101,6 +85,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from phaseinterp.analysis.map_summary import unit_summary
     from phaseinterp.analysis import SpecializationMap
     from phaseinterp.measure import PhaseCurve
     from phaseinterp.plot import phase_figure

@@ -4,8 +4,9 @@ Sections: phase curves and the periodicity table of every shipped checkpoint; kn
 specialization maps (a compressed model and full attention); gate statistics, profiles, the
 (static, per-window) plane, gate cycling and gate dynamics; the theory simulator; and the tiny
 HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip); and the mitigation
-experiment's shipped results (`phaseinterp mitigate`); and the zoo table (`assets/results/zoo.json`,
-every compressor trained by the recipe rule). A section that fails is
+study's shipped results (`experiments/mitigations`); the zoo table (`assets/results/zoo.json`,
+every compressor trained by the recipe rule, `experiments/zoo`); the SmolLM2 and NSA studies' results.
+Every section calls library functions; the study sections read result files. A section that fails is
 reported in the page and on stderr, and the command exits non-zero.
 """
 
@@ -37,10 +38,17 @@ def _shipped(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.safetensors") if p.with_suffix(".json").is_file())
 
 
-def _cli_args(argv: list[str]) -> argparse.Namespace:
-    from phaseinterp.cli import build_parser
+def _card_batches(path: Path, model, n: int, modulus: int, *, calibration: bool = False):
+    """(batch, calibration batch or None) of the checkpoint's card task (its matched record lookup),
+    prompts seeded 0: what `phaseinterp knockout` / `gates` sample for a carded checkpoint."""
+    from phaseinterp.tasks import RecordLookup
 
-    return build_parser().parse_args(argv)
+    card = json.loads(path.with_suffix(".json").read_text())
+    task = RecordLookup(**{"protocol": "prefix", **card["data"]["eval_task"]})
+    if task.geometry(modulus).seq_len > model.cfg.n_ctx:
+        raise ValueError(f"{path.stem}: prompts at modulus {modulus} exceed the model's n_ctx={model.cfg.n_ctx}")
+    batch = task.sample(n, modulus, seed=0)
+    return batch, (task.sample(n, modulus, seed=0, split="calibration") if calibration else None)
 
 
 def phase_curves(ckpts: list[Path], n: int, n_boot: int):
@@ -78,19 +86,20 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
 def knockout_maps(ckpts: list[Path], n: int, n_boot: int):
     import pandas as pd
 
-    from phaseinterp.commands.knockout import compute, unit_summary
+    from phaseinterp import load
+    from phaseinterp.analysis.map_summary import unit_summary
+    from phaseinterp.interventions import knockout_map
     from phaseinterp.plot import map_figure
     from phaseinterp.report import Section
 
     picks = [p for p in ckpts if p.stem in ("w4s4", "full")] or ckpts[:1]
     figures, tables = [], []
     for path in picks:
-        args = _cli_args(["knockout", str(path), "--modulus", "8", "--n-per-residue", str(n),
-                          "--n-boot", str(n_boot), "--out", "unused"])
+        model = load(path)
+        batch, calib = _card_batches(path, model, n, 8, calibration=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = compute(args)
-        smap = res["knockout"]
+            smap = knockout_map(model, batch, calib, n_boot=n_boot, seed=0, label=path.stem)
         figures.append(map_figure(smap, title=f"{path.stem}: KV-head knockout ({smap.quantity})"))
         tables.append(pd.DataFrame(unit_summary(smap)).assign(checkpoint=path.stem))
     text = ("Mean-ablation of the query heads that read one KV head, at the final position only, calibration "
@@ -100,28 +109,37 @@ def knockout_maps(ckpts: list[Path], n: int, n_boot: int):
 
 
 def gates(ckpts: list[Path], n: int, n_boot: int):
-    from phaseinterp.commands.gates import compute
+    from phaseinterp import load
+    from phaseinterp.analysis import checkpoint_step, gate_dynamics, gate_profiles, gate_statistics
+    from phaseinterp.interventions import compressors, gate_cycling
     from phaseinterp.plot import cycling_figure, gate_dynamics_figure, gate_plane_figure, gate_profile_figure
     from phaseinterp.report import Section
 
     path = next((p for p in ckpts if p.stem == "w4s4"), None) or next(p for p in ckpts if p.stem != "full")
-    argv = ["gates", str(path), "--modulus", "8", "--n-per-residue", str(n), "--n-boot", str(n_boot),
-            "--no-attribution", "--out", "unused"]
-    if path.with_suffix("").is_dir():
-        argv.append("--dynamics")
+    model = load(path)
+    batch, _ = _card_batches(path, model, n, 8)
+    tokens = batch.tokens
+    stats, profiles = gate_statistics(model, tokens), gate_profiles(model, tokens)
+    cycling_layers: dict[int, list[int]] = {}
+    for layer, _, comp in compressors(model):
+        if comp.kind.learned and 8 % comp.cc.stride == 0 and layer not in cycling_layers.get(comp.cc.stride, []):
+            cycling_layers.setdefault(comp.cc.stride, []).append(layer)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = compute(_cli_args(argv))
-    figures = [gate_plane_figure(res["stats"], title=f"{path.stem}: gate concentration"),
-               gate_profile_figure(res["profiles"])]
-    if res.get("cycling"):
-        figures.append(cycling_figure(res["cycling"], title=f"{path.stem}: gate cycling"))
-    if "dynamics" in res:
-        figures.append(gate_dynamics_figure(res["dynamics"], title=f"{path.stem}: gate concentration during training"))
+        cycling = [r for _, layers in sorted(cycling_layers.items())
+                   for r in gate_cycling(model, batch, None, layers=layers, n_boot=n_boot, seed=0)]
+    figures = [gate_plane_figure(stats, title=f"{path.stem}: gate concentration"), gate_profile_figure(profiles)]
+    if cycling:
+        figures.append(cycling_figure(cycling, title=f"{path.stem}: gate cycling"))
+    series = path.with_suffix("")
+    if series.is_dir():  # shipped intermediate checkpoints: the gates during training
+        files = sorted([*series.glob("*.safetensors"), path], key=lambda f: checkpoint_step(f, 10**12))
+        figures.append(gate_dynamics_figure(gate_dynamics(files, tokens.cpu()),
+                                            title=f"{path.stem}: gate concentration during training"))
     text = ("Effective number of offsets (static = exp H(mean gate), per-window = mean exp H(gate); 1 = one-hot, "
             "W = uniform), gate profiles per phase, and gate cycling (gate parameters rolled by delta, payload "
             "maps fixed) with the predicted shift of the phase curve.")
-    return Section(f"Compression gates ({path.stem})", text, [res["stats"]], figures)
+    return Section(f"Compression gates ({path.stem})", text, [stats], figures)
 
 
 def theory(quick: bool):

@@ -2,7 +2,6 @@
 
     phaseinterp train --preset w4s4 --out runs/w4s4
     phaseinterp train --recipe rule --window 6 --stride 6 --out runs/w6s6   # any compressor, by the recipe rule
-    phaseinterp train --recipe zoo --member w8s8-kv4 --seed 1 --out runs/z   # a zoo member
     phaseinterp train --config run.json --steps 500 --out runs/mine
     phaseinterp train --preset w4s4 --out runs/w4s4 --resume          # continue the newest checkpoint
     phaseinterp train --preset hf-deepseek-v4 --out runs/hf-v4        # a tiny HF DeepseekV4ForCausalLM
@@ -22,8 +21,7 @@ OUT/card.json. --preset takes a training recipe (see `phaseinterp.train.RECIPES`
 checkpoints) or a model preset (trained with the default TrainConfig, its mixture over the model's
 whole vocabulary). --recipe rule builds model and training config for any compressor by the
 recipe rule (--window, --stride, --gate, --kv-heads, --no-rope, --layout, --aligned-start, --min-undemonstrated;
-docs/training.md);
---recipe zoo --member NAME trains a member of the shipped zoo (`phaseinterp.train.zoo.ZOO`). --config takes a JSON file
+docs/training.md; the zoo of experiments/zoo/ is a set of such runs). --config takes a JSON file
 {"model": PRESET_NAME or ModelConfig fields or an HF model {"architecture": ..., "hf_config": {...}},
 "train": TrainConfig fields (with "mixture")}. --hf-config takes a HuggingFace config.json (or a
 folder holding one) and trains that causal LM from a random init with the default TrainConfig
@@ -37,9 +35,8 @@ def register(subparsers: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="training recipe or model preset name")
     src.add_argument("--config", type=Path, help="JSON file with 'model' and 'train'")
-    src.add_argument("--recipe", choices=("rule", "zoo", "nsa"), help="'rule': the recipe rule for --window/--stride/...; "
-                     "'zoo': the rule's config of zoo --member NAME; 'nsa': NSA zoo --member NAME "
-                     "(phaseinterp.train.nsa_zoo, needs pip install 'phaseinterp[nsa]')")
+    src.add_argument("--recipe", choices=("rule",), help="'rule': the recipe rule for --window/--stride/... "
+                     "(phaseinterp.train.rule)")
     src.add_argument("--hf-config", type=Path, metavar="FILE",
                      help="HuggingFace config.json (or its folder): train that causal LM from a random init")
     p.add_argument("--out", type=Path, required=True, help="run folder")
@@ -47,8 +44,7 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--window", type=int, help="W: tokens folded into one entry")
     rule.add_argument("--stride", type=int, help="S: tokens between window starts")
     rule.add_argument("--gate", help="scalar (default), vector or uniform (deepseek-csa: vector)")
-    rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2, 4 or a multiple of 4 "
-                      "(with --recipe zoo: instead of the member's)")
+    rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2, 4 or a multiple of 4")
     rule.add_argument("--width", type=int, help="d_model of the rule (default 64; the GPU zoo: 256)")
     rule.add_argument("--no-rope", action="store_true", help="no RoPE in the compressed layers")
     rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
@@ -58,8 +54,6 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--min-undemonstrated", type=int, metavar="K",
                       help="records each training row leaves undemonstrated (default: the rule's, 1); 3 removes the "
                       "exclusion shortcut (docs/training.md)")
-    rule.add_argument("--member", help="with --recipe zoo: the zoo member (see phaseinterp.train.zoo.ZOO); with "
-                      "--recipe nsa: w8s8-k0, w8s8-k1, w8s8-k2 or w16s8-k2")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the recipe's)")
     p.add_argument("--seed", type=int, help="seed (default: the recipe's)")
     p.add_argument("--batch-size", type=int, help="global batch size")
@@ -88,11 +82,11 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.presets import PRESETS, preset
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
 
-    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "member", "width",
+    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "width",
                                                       "aligned_start", "min_undemonstrated") if getattr(args, k, None) is not None]
     rule_args += ["--no-rope"] if getattr(args, "no_rope", False) else []
     if getattr(args, "recipe", None) is None and rule_args:
-        raise ValueError(f"{' '.join(rule_args)} apply only with --recipe rule (or --member with --recipe zoo)")
+        raise ValueError(f"{' '.join(rule_args)} apply only with --recipe rule")
     if getattr(args, "recipe", None) is not None:
         name, model_cfg, tcfg = _from_rule(args)
     elif args.preset is not None:
@@ -133,43 +127,23 @@ def resolve(args: argparse.Namespace):
 
 
 def _from_rule(args: argparse.Namespace):
-    """(name, ModelConfig, TrainConfig) of --recipe rule / zoo, seeded by --seed (default 0)."""
-    from phaseinterp.train import zoo
+    """(name, ModelConfig, TrainConfig) of --recipe rule, seeded by --seed (default 0)."""
+    from phaseinterp.train import rule
 
     seed = 0 if args.seed is None else args.seed
-    if args.recipe == "nsa":
-        from phaseinterp.train import nsa_zoo
-
-        if args.member is None or any(getattr(args, k) is not None for k in ("window", "stride", "gate", "layout",
-                                                                            "kv_heads", "width")) or args.no_rope:
-            raise ValueError(f"--recipe nsa takes --member NAME only: allowed {sorted(nsa_zoo.NSA_ZOO)}")
-        return (nsa_zoo.nsa_name(args.member, seed), *nsa_zoo.nsa_recipe(args.member, seed=seed))
-    if args.recipe == "zoo":
-        if args.member is None:
-            raise ValueError(f"--recipe zoo needs --member: allowed {sorted(zoo.ZOO)}")
-        if any(getattr(args, k) is not None for k in ("window", "stride", "gate", "layout", "aligned_start",
-                                                      "min_undemonstrated")) or args.no_rope:
-            raise ValueError("--recipe zoo takes --member NAME (and optionally --kv-heads, --width); --window/--stride/--gate/"
-                             "--no-rope/--layout/--aligned-start/--min-undemonstrated are for --recipe rule")
-        width = zoo.WIDTH if args.width is None else args.width
-        return (zoo.zoo_name(args.member, seed, width=width, kv_heads=args.kv_heads),
-                *zoo.zoo_recipe(args.member, seed=seed, width=width, kv_heads=args.kv_heads))
-    if args.member is not None:
-        raise ValueError("--member is for --recipe zoo; --recipe rule takes --window/--stride/--gate/--kv-heads/--no-rope/--layout/"
-                         "--aligned-start")
     kv_heads, layout = args.kv_heads or 1, args.layout or "generic"
-    width = zoo.WIDTH if args.width is None else args.width
-    model_cfg, tcfg = zoo.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=kv_heads,
+    width = rule.WIDTH if args.width is None else args.width
+    model_cfg, tcfg = rule.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=kv_heads,
                                       rope=not args.no_rope, layout=layout, width=width, seed=seed, aligned=args.aligned_start,
                                       min_undemonstrated=args.min_undemonstrated)
     aligned = tcfg.mixture.aligned_steps > 0
     first = model_cfg.layers[0]
-    default_aligned = zoo.aligned_by_rule(None if first == "full" else first)
+    default_aligned = rule.aligned_by_rule(None if first == "full" else first)
     shape = layout if layout != "generic" else f"w{args.window}s{args.stride}"
     extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{kv_heads}" if kv_heads != 1 else "",
-                      "-norope" if args.no_rope else "", f"-d{width}" if width != zoo.WIDTH else "",
+                      "-norope" if args.no_rope else "", f"-d{width}" if width != rule.WIDTH else "",
                       "" if aligned == default_aligned else ("-aligned" if aligned else "-unaligned"),
-                      "" if args.min_undemonstrated in (None, zoo.MIN_UNDEMONSTRATED) else f"-undemo{args.min_undemonstrated}"])
+                      "" if args.min_undemonstrated in (None, rule.MIN_UNDEMONSTRATED) else f"-undemo{args.min_undemonstrated}"])
     return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg
 
 

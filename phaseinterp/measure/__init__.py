@@ -3,11 +3,12 @@
 from phaseinterp.measure.curve import PhaseCurve
 from phaseinterp.measure.oracle import induction_oracle
 from phaseinterp.measure.intervals import cluster_bootstrap, percentile_interval, wilson_interval
-from phaseinterp.measure.periodicity import period_baseline, period_share, periodicity_gap, power_spectrum
+from phaseinterp.measure.periodicity import (dominant_period, period_baseline, period_share, periodicity_gap,
+                                             power_spectrum)
 from phaseinterp.measure.permutation import permutation_test
 from phaseinterp.measure.specialization import SpecializationMap, stack_maps
 from phaseinterp.measure.sweep import evaluate_correct, forward_logits, model_period, phase_sweep
 
-__all__ = ["PhaseCurve", "cluster_bootstrap", "evaluate_correct", "forward_logits", "induction_oracle", "model_period",
+__all__ = ["PhaseCurve", "cluster_bootstrap", "dominant_period", "evaluate_correct", "forward_logits", "induction_oracle", "model_period",
            "percentile_interval", "period_baseline", "period_share", "periodicity_gap", "permutation_test",
            "phase_sweep", "power_spectrum", "SpecializationMap", "stack_maps", "wilson_interval"]

@@ -87,3 +87,23 @@ def period_baseline(modulus: int, period: int) -> float:
     """Expected `period_share` of a curve with no structure (i.i.d. noise): (d - 1)/(R - 1)."""
     _check_period(modulus, period)
     return (period - 1) / (modulus - 1) if modulus > 1 else float("nan")
+
+
+#: share of the residue curve's variance that period-d patterns must explain for d to be its period
+PERIOD_SHARE = 0.9
+
+
+def dominant_period(accuracy: np.ndarray) -> int | None:
+    """The smallest divisor d < R of R whose period-d harmonics carry at least `PERIOD_SHARE` of
+    the centred curve's spectral power (`period_share`; equivalently, folding the curve at d
+    keeps 90% of its variance). None when the curve is flat or no d < R explains it.
+
+    Example:
+        >>> dominant_period(np.array([0.1, 0.9, 0.9, 0.1] * 4)), dominant_period(np.array([0.5, 0.2, 0.9, 0.1]))
+        (4, None)
+    """
+    acc = np.asarray(accuracy, dtype=float)
+    R = len(acc)
+    if R < 2 or np.isnan(acc).any() or np.ptp(acc) == 0:
+        return None
+    return next((d for d in range(1, R) if R % d == 0 and period_share(acc, d) >= PERIOD_SHARE), None)

@@ -14,6 +14,7 @@ _EXPORTS = {
     **dict.fromkeys(("attribution_scatter", "cycling_figure", "gate_attribution_figure", "gate_dynamics_figure",
                      "gate_plane_figure", "gate_profile_figure", "map_figure"), "maps"),
     **dict.fromkeys(("flip_figure",), "flip"),
+    **dict.fromkeys(("memory_figure",), "mitigations"),
     **dict.fromkeys(("phase_rows_figure",), "pretrained"),
 }
 __all__ = sorted(_EXPORTS)

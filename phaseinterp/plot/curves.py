@@ -81,7 +81,7 @@ def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseC
 
 
 def zoo_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: str | None = None) -> go.Figure:
-    """Accuracy (%) against residue for every zoo row (`phaseinterp.train.zoo_table`) of one padding
+    """Accuracy (%) against residue for every zoo row (`experiments/zoo/table.py`) of one padding
     protocol; runs that did not learn are dashed."""
     fig = go.Figure()
     for r in rows:

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 def phase_rows_figure(rows: Sequence[Mapping], *, grid: str, title: str | None = None) -> go.Figure:
     """Accuracy (%) by phase (target position mod S) of every row of one grid of
-    `phaseinterp.pretrained.smollm2` (rows of `smollm2.json`), with the uncompressed model at the
+    `experiments/smollm2` (rows of `smollm2.json`), with the uncompressed model at the
     same S dashed.
 
     Example:

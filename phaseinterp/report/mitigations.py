@@ -1,5 +1,5 @@
 """The report section of the mitigation experiment, from its shipped results
-(`assets/results/mitigations/`, written by `phaseinterp mitigate`): the table, worst-phase accuracy
+(`assets/results/mitigations/`, written by `python -m experiments.mitigations.run`): the table, worst-phase accuracy
 against KV memory, and the knockout maps of the baseline and the best mitigation."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "mitigati
 
 def mitigation_section(results: Path = RESULTS):
     from phaseinterp.measure.specialization import SpecializationMap
-    from phaseinterp.mitigate.report import memory_figure
+    from phaseinterp.plot import memory_figure
     from phaseinterp.plot import map_figure
 
     path = results / "mitigations.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `phaseinterp mitigate --out {results}`")
+        raise FileNotFoundError(f"{path} is missing: run `python -m experiments.mitigations.run --out {results}`")
     data = json.loads(path.read_text())
     rows = pd.DataFrame(data["rows"])
     summary = pd.DataFrame(data["summary"])
@@ -40,7 +40,7 @@ def mitigation_section(results: Path = RESULTS):
             f"Best mitigation (highest worst-phase accuracy, mean over seeds): {data.get('best')}. A run 'learned' "
             "when its mean accuracy is >= 40% (chance 10%; 25% by excluding the demonstrated values). Entries per token: compressed cache "
             "entries per token and KV head at long context. Knockout maps: the most accurate seed of the baseline "
-            "and of the best mitigation. Regenerate with `phaseinterp mitigate --out DIR --jobs 2`.")
+            "and of the best mitigation. Regenerate with `python -m experiments.mitigations.run --out DIR --jobs 2`.")
     return Section("Mitigations: toward phase-uniform compression", text, [summary[cols]], figures)
 
 

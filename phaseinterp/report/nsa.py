@@ -1,5 +1,5 @@
 """The report section of the NSA study, from its shipped results (`assets/results/nsa.json`, written
-by `python -m phaseinterp.train.nsa_study`)."""
+by `python -m experiments.nsa.study`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def nsa_section(path: Path = RESULTS):
     from phaseinterp.plot import zoo_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: train the NSA zoo (scripts/train_nsa_zoo.py), then "
-                                "`python -m phaseinterp.train.nsa_study`")
+        raise FileNotFoundError(f"{path} is missing: train the NSA zoo (python -m experiments.nsa.train), then "
+                                "`python -m experiments.nsa.study`")
     results = json.loads(path.read_text())["results"]
     rows, knock = [], []
     for r in results:

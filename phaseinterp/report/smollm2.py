@@ -1,5 +1,5 @@
 """The report section of the SmolLM2 experiment, from its shipped results
-(`assets/results/smollm2.json`, written by `python -m phaseinterp.pretrained.smollm2`)."""
+(`assets/results/smollm2.json`, written by `python -m experiments.smollm2.run`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def smollm2_section(path: Path = RESULTS):
     from phaseinterp.plot import map_figure, phase_rows_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `python -m phaseinterp.pretrained.smollm2`")
+        raise FileNotFoundError(f"{path} is missing: run `python -m experiments.smollm2.run`")
     data = json.loads(path.read_text())
     rows = data["rows"]
     table = pd.DataFrame([{"grid": r["grid"], "setting": r["setting"], "S": r["stride"], "mean %": 100 * r["mean"],

@@ -1,5 +1,5 @@
 """The report section of the zoo, from its shipped table (`assets/results/zoo.json`, written by
-`python -m phaseinterp.train.zoo_table`)."""
+`python -m experiments.zoo.table`)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS):
     from phaseinterp.plot import zoo_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: train the zoo (scripts/train_zoo.py), then "
-                                "`python -m phaseinterp.train.zoo_table`")
+        raise FileNotFoundError(f"{path} is missing: train the zoo (python -m experiments.zoo.train), then "
+                                "`python -m experiments.zoo.table`")
     rows = json.loads(path.read_text())["rows"]
     more = json.loads(seeds.read_text())["rows"] if seeds.is_file() else []
     text = ("Every compressor trained by one recipe rule (docs/training.md), two seeds, evaluated on its matched "
@@ -34,7 +34,7 @@ def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS):
             "rows with one undemonstrated record (answerable by exclusion, without matching the key) and with several "
             "(exclusion alone: 0.32); every run that did not learn scores high on the first and near 0.32 on the second "
             "(docs/training.md, 'The exclusion shortcut'). Regenerate with "
-            "`python scripts/train_zoo.py` and `python -m phaseinterp.train.zoo_table`.")
+            "`python -m experiments.zoo.train` and `python -m experiments.zoo.table`.")
     tables = [_table(rows)]
     if more:
         rates = learned_share(rows + more, members={r["member"] for r in more})

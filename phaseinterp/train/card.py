@@ -27,10 +27,10 @@ CARD_FORMAT = "phaseinterp-card-v1"
 def make_card(result: TrainResult, model_cfg: ModelConfig, tcfg: TrainConfig, *, name: str, eval_examples: int = 512,
               modulus: int | None = None, world_size: int = 1) -> dict[str, Any]:
     """The card of a finished run (evaluates the phase curve of `result.model` by residue mod
-    `modulus`; default `zoo.period` of the model's strides, 8 for full attention and HF models).
+    `modulus`; default `rule.period` of the model's strides, 8 for full attention and HF models).
     Where the training rows cannot place the needle at every residue, the evaluation rows are
     lengthened to the shortest multiple of 8 that can (recorded in `phase_curve.task`)."""
-    from phaseinterp.train.zoo import period
+    from phaseinterp.train.rule import period
 
     mix = tcfg.mixture
     if modulus is None:

@@ -1,0 +1,64 @@
+"""The zoo: every member is a set of arguments of the recipe rule (`phaseinterp.train.rule`),
+shipped with seeds 0 and 1 as `assets/checkpoints/zoo/zoo-NAME-sSEED`.
+
+Example:
+    >>> model_cfg, tcfg = zoo_recipe("w8s8-kv4", seed=1)
+    >>> model_cfg.n_kv_heads, tcfg.seed, zoo_name("w8s8", 0, width=256, kv_heads=8)
+    (4, 1, 'zoo-w8s8-d256-kv8-s0')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phaseinterp.config import ModelConfig
+from phaseinterp.train.config import TrainConfig
+from phaseinterp.train.rule import WIDTH, rule_recipe
+
+#: name -> rule arguments (each shipped with seeds 0 and 1 as `zoo-NAME-sSEED`).
+ZOO: dict[str, dict[str, Any]] = {
+    "full-kv4": {"layout": "full", "kv_heads": 4},
+    **{f"w{w}s{w}": {"window": w, "stride": w} for w in (2, 4, 8, 12, 16)},
+    "w8s8-kv4": {"window": 8, "stride": 8, "kv_heads": 4},
+    "w8s4": {"window": 8, "stride": 4},
+    "w16s8": {"window": 16, "stride": 8},
+    "csa": {"layout": "deepseek-csa"},
+    "w8s8-uniform": {"window": 8, "stride": 8, "gate": "uniform"},
+    "w8s8-norope": {"window": 8, "stride": 8, "rope": False},
+}
+
+
+def member(name: str, kv_heads: int | None = None) -> dict[str, Any]:
+    """The rule arguments of zoo member `name`, optionally with `kv_heads` KV heads instead of its own."""
+    if name not in ZOO:
+        raise ValueError(f"unknown zoo member {name!r}: allowed {sorted(ZOO)}")
+    return {**ZOO[name], **({} if kv_heads is None else {"kv_heads": kv_heads})}
+
+
+def zoo_recipe(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | None = None
+               ) -> tuple[ModelConfig, TrainConfig]:
+    """The rule's configs of zoo member `name` (see `ZOO`), optionally at another width or with
+    `kv_heads` KV heads instead of the member's (the larger zoo of `experiments/zoo/train_gpu.sh`)."""
+    return rule_recipe(**member(name, kv_heads), width=width, seed=seed)
+
+
+def rule_options(name: str, kv_heads: int | None = None) -> list[str]:
+    """The `phaseinterp train --recipe rule` options that train zoo member `name` (`zoo_recipe`'s configs)."""
+    args = member(name, kv_heads)
+    out = []
+    for key in ("window", "stride", "gate", "kv_heads", "layout"):
+        if key in args:
+            out += [f"--{key.replace('_', '-')}", str(args[key])]
+    if args.get("rope") is False:
+        out.append("--no-rope")
+    return out
+
+
+def zoo_name(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | None = None) -> str:
+    """The run and card name of a zoo member: `zoo-NAME-sSEED`, with `-dWIDTH` and `-kvK` when they
+    differ from the shipped zoo's (e.g. "zoo-w8s8-d256-kv8-s0")."""
+    extras = (f"-d{width}" if width != WIDTH else "") + ("" if kv_heads is None else f"-kv{kv_heads}")
+    return f"zoo-{name}{extras}-s{seed}"
+
+
+__all__ = ["ZOO", "member", "rule_options", "zoo_name", "zoo_recipe"]
