@@ -12,7 +12,10 @@ hooks methods), patching maps (z, resid, entries, gates), gate attribution, gate
 (uniform, one-hot), gate cycling and NSA branch knockout, and records the SHA-256 digest of each
 exact tensor (dtype, shape and bytes) plus a few values to read. The digests depend on the
 platform (torch version, CPU kernels): compare on the machine that wrote the reference.
-One CPU thread; about a minute.
+One CPU thread; about 20 seconds.
+
+After the refactor every tensor entry is identical. One provenance entry differs by design and is
+reported as KNOWN (listed in `KNOWN`, with the reason): the NSA KV-head knockout map's meta.
 """
 
 from __future__ import annotations
@@ -31,6 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "benchmarks" / "results" / "engine_identity.json"
 OURS = ["w4s4", "w8s8", "w8s4", "full", "deepseek-kernel"]
 N_PER_RESIDUE = 3
+#: Entries that differ from the reference by design, with the reason (everything else must match).
+KNOWN = {
+    "nsa-w8s8-k0-s0.knockout_map.meta": "meta['model'] records the NSA model's own NSAConfig (NSABackend.recorded_cfg), "
+    "as the NSA phase sweep and branch knockout always did, instead of the backend's BackendConfig card; the map's "
+    "values, intervals and extras are identical",
+}
 
 
 def digest(x) -> str:
@@ -204,9 +213,14 @@ def main() -> int:
                     and not (isinstance(ref.get(k), float) and isinstance(now.get(k), float)
                              and np.isnan(ref[k]) and np.isnan(now[k])))
     for k in differ:
-        print(f"DIFFERS {k}: reference {ref.get(k, 'missing')} now {now.get(k, 'missing')}")
-    print(f"{len(ref) - len(differ)} of {len(ref)} entries identical" + ("" if differ else " (all)"))
-    return 1 if differ else 0
+        label = "KNOWN" if k in KNOWN else "DIFFERS"
+        print(f"{label} {k}: reference {ref.get(k, 'missing')} now {now.get(k, 'missing')}"
+              + (f" ({KNOWN[k]})" if k in KNOWN else ""))
+    unexplained = [k for k in differ if k not in KNOWN]
+    tensors = [k for k in ref if not k.endswith(".meta") and not k.endswith(".config")]
+    print(f"{len(ref) - len(differ)} of {len(ref)} entries identical; {len(differ) - len(unexplained)} known "
+          f"provenance difference(s); {sum(k in differ for k in tensors)} of {len(tensors)} value entries differ")
+    return 1 if unexplained else 0
 
 
 if __name__ == "__main__":
