@@ -14,7 +14,6 @@ import warnings
 from typing import Sequence
 
 import numpy as np
-import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
