@@ -198,9 +198,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     calibration rows' final positions (the paper's protocol).
 
     Args:
-        model: our HookedCompressedTransformer (TransformerLens hooks; the incremental fast
-            path when it applies), a backend (`phaseinterp.backends`: `HookedBackend`,
-            `DeepseekV4Backend`, `HFCausalLMBackend`; edits through nnsight), or a raw
+        model: our HookedCompressedTransformer (run behind `HookedBackend`: TransformerLens
+            hooks, the incremental fast path when it applies), a backend (`phaseinterp.backends`:
+            `DeepseekV4Backend`, `HFCausalLMBackend`, ...: edits through nnsight), or a raw
             HuggingFace causal LM (wrapped with `backend_for`). Same protocol, same statistics.
         batch: evaluated prompts (PhaseBatch).
         calibration: disjoint calibration prompts (or a `Calibration`); not needed for "zero".
@@ -214,8 +214,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         per_residue: mean / resample within the row's residue.
         positions: "final" (default), "all" or absolute positions.
         layers: layers to scan (default all).
-        method: "auto", "incremental" (final position only, reuses the clean run; our model
-            only) or "hooks" (full forwards; on a backend always).
+        method: "auto", "incremental" (final position only, reuses the clean run; backends
+            with that path: `HookedBackend`) or "hooks" (full forwards; on the other backends always).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also
             drives resampling.

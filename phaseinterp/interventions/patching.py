@@ -96,8 +96,8 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
     difference restored.
 
     Args:
-        model: our HookedCompressedTransformer, a backend (`phaseinterp.backends`, edits through
-            nnsight) or a raw HuggingFace causal LM (wrapped with `backend_for`).
+        model: our HookedCompressedTransformer (behind `HookedBackend`), a backend
+            (`phaseinterp.backends`) or a raw HuggingFace causal LM (wrapped with `backend_for`).
         pair: clean/corrupt prompts (`phase_swap`, `mapping_swap`, `Pairing.custom`).
         unit: "z" (head outputs, grouped by `level` = "head", "kv_head" or "layer"), "resid"
             (residual stream entering each layer, one unit per site in `positions`), "entries"
@@ -109,7 +109,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         layers: layers to scan (default all; compressed layers only for entries and gates).
         method: "auto" (z / resid at the final position on our model reuse the corrupt run,
             recomputing only that position; otherwise batched hook forwards), "incremental" or
-            "hooks" (always on a backend).
+            "hooks" (always on backends without the final-position path).
         rel_min: for the normalized metric, residues whose mean clean-corrupt gap is under
             `rel_min` x the metric's scale (largest per-residue mean |logit difference| of clean,
             corrupt or their gap) are nan (masked with that reason when change="normalized").
