@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from phaseinterp.backends import (HookedBackend, Read, Replace, SetEntries, SetGate, Unit, backend_for)
+from phaseinterp.backends import (HookedBackend, HookedNNsightBackend, Read, Replace, SetEntries, SetGate, Unit, backend_for)
 from phaseinterp.interventions import (activation_patching, calibrate, head_units, knockout_logits,
                                        knockout_map, mapping_swap, phase_swap, planted_model)
 from phaseinterp.interventions.knockout import knockout_edit
@@ -34,7 +34,7 @@ def no_torch_hooks(module: torch.nn.Module) -> bool:
 
 
 def test_units_and_config(model):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     assert b.cfg.layer_strides == (4, 4, None) and b.cfg.strides == (4,) and b.cfg.residue_modulus == 4
     assert [u.name for u in b.units("gate")] == ["L0.G0", "L0.G1", "L1.G0"]
     assert [u.name for u in b.units("kv_head")] == ["L0.KV0", "L0.KV1", "L1.KV0", "L1.KV1", "L2.KV0", "L2.KV1"]
@@ -53,7 +53,7 @@ def test_units_and_config(model):
 
 
 def test_nnsight_knockout_equals_transformer_lens_hooks(model, tokens):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     clean = b(tokens)
     value = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))  # [heads of kv1, d_head]
     with b.intervene(Replace(Unit("kv_head", 1, 1), value=value, positions=(-1, 7))):
@@ -74,7 +74,7 @@ def test_nnsight_knockout_equals_transformer_lens_hooks(model, tokens):
 
 
 def test_per_row_positions_and_layer_units(model, tokens):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     rows = torch.tensor([5, 20, 39])
     z = b.head_outputs(tokens, positions=rows)
     full = b.run(tokens, reads=[Read("head", 0)])[1]
@@ -93,7 +93,7 @@ def test_per_row_positions_and_layer_units(model, tokens):
 
 
 def test_batched_invokes_equal_one_by_one(model, tokens):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     variants = [[], [Replace(Unit("head", 0, 1))], [SetGate(Unit("gate", 1, 0), "uniform")],
                 [Replace(Unit("kv_head", 2, 0)), SetEntries(Unit("gate", 0, 1), (0, -1), 0.0)]]
     qpos = torch.tensor([39, 30, 12])
@@ -106,7 +106,7 @@ def test_batched_invokes_equal_one_by_one(model, tokens):
 
 
 def test_gate_override_and_entries(model, tokens):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     unit = Unit("gate", 1, 0)  # deepseek-csa layout: entry 0's first half is before position 0
     g = b.gate_weights(tokens, unit)
     assert g.shape == (3, 10, 8, 2, 8) and torch.allclose(g.sum(2), torch.ones(()))
@@ -160,7 +160,7 @@ def test_gate_override_and_entries(model, tokens):
 
 
 def test_edits_undone_on_error_and_bad_input(model, tokens):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     clean = b(tokens)
     with pytest.raises(RuntimeError, match="boom"):
         with b.intervene(Replace(Unit("kv_head", 0, 0))):
@@ -190,7 +190,7 @@ def test_edits_undone_on_error_and_bad_input(model, tokens):
 
 
 def test_pattern_read_restores_fused_attention(model, tokens):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     p = b.attention_pattern(tokens, 1)
     with torch.no_grad():  # the backend's grad mode, hence its attention path in layer 0
         _, cache = model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_pattern")
@@ -199,7 +199,7 @@ def test_pattern_read_restores_fused_attention(model, tokens):
 
 
 def test_tl_named_runner_equals_interventions_runner(model, tokens):
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     qpos = torch.tensor([39, 25, 30])
     units = head_units(model.cfg, "kv_head")
     values = torch.randn(3, 1, 4, 8, generator=torch.Generator().manual_seed(2))
@@ -220,7 +220,7 @@ def test_knockout_map_and_phase_sweep_through_the_backend():
     model = planted_model(64, stride=4, key_offsets=(0, 2))  # KV head h owns phase 2h
     task = RecordLookup(vocab_size=64, n_records=8, n_demos=2)
     batch, calib = task.sample(6, 4, seed=1), task.sample(6, 4, seed=1, split="calibration")
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     curve = phase_sweep(b, batch, progress=False, n_boot=50, n_perm=50)  # query positions only
     assert curve.accuracy.tolist() == [1.0, 0.0, 1.0, 0.0] and curve.period == 4
     assert curve.config["logits"]["positions"] == "query positions only"
@@ -253,7 +253,7 @@ def test_patching_map_identical_through_transformer_lens_hooks_and_nnsight(model
     task = RecordLookup(vocab_size=97, n_records=8, n_demos=2)
     batch = task.sample(2, 4, seed=0)
     pair = mapping_swap(batch) if kind == "mapping_swap" else phase_swap(batch, 1)
-    b = backend_for(model)
+    b = HookedNNsightBackend(model)
     for level in ("kv_head", "head", "layer"):
         via_nnsight = activation_patching(b, pair, unit="z", level=level, rel_min=0, change="normalized")
         via_hooks = activation_patching(model, pair, unit="z", level=level, rel_min=0, method="hooks",
@@ -276,15 +276,15 @@ def test_patching_map_identical_through_transformer_lens_hooks_and_nnsight(model
 
 
 def test_bad_input_to_the_one_api_names_the_value_and_the_range(model):
-    b = backend_for(model)
+    b = HookedNNsightBackend(model)
     task = RecordLookup(vocab_size=97, n_records=8, n_demos=2)
     batch, calib = task.sample(1, 4, seed=0), task.sample(1, 4, seed=0, split="calibration")
     pair = mapping_swap(batch)
     T = batch.tokens.shape[1]
-    with pytest.raises(ValueError, match=r"model of type str is invalid: allowed a HookedCompressedTransformer"):
+    with pytest.raises(ValueError, match=r"model of type str is invalid: allowed a phaseinterp.backends Backend or a model of a registered family"):
         knockout_map("w4s4", batch, calib)
     with pytest.raises(ValueError, match=r"method='incremental' needs positions='final' and our "
-                                         r"HookedCompressedTransformer .* on HookedBackend"):
+                                         r"HookedCompressedTransformer .* on HookedNNsightBackend"):
         knockout_map(b, batch, calib, method="incremental")
     with pytest.raises(ValueError, match=r"layer=3 is invalid: allowed 0\.\.2"):
         knockout_map(b, batch, calib, layers=[3])
@@ -294,9 +294,9 @@ def test_bad_input_to_the_one_api_names_the_value_and_the_range(model):
         knockout_logits(b, batch, [Unit("head", 0, 4)], calib)
     with pytest.raises(ValueError, match=r"unit Unit\(kind='gate', .* is invalid: allowed a layer, kv_head or head Unit"):
         knockout_logits(b, batch, [Unit("gate", 0, 0)], calib)
-    with pytest.raises(ValueError, match=r"unit='resid' is invalid on HookedBackend\(HookedCompressedTransformer\)"):
+    with pytest.raises(ValueError, match=r"unit='resid' is invalid on HookedNNsightBackend\(HookedCompressedTransformer\)"):
         activation_patching(b, pair, unit="resid")
-    with pytest.raises(ValueError, match=r"method='incremental' applies to .* on HookedBackend"):
+    with pytest.raises(ValueError, match=r"method='incremental' applies to .* on HookedNNsightBackend"):
         activation_patching(b, pair, method="incremental")
     with pytest.raises(ValueError, match=r"level='neuron' is invalid: allowed"):
         activation_patching(b, pair, level="neuron")

@@ -274,6 +274,6 @@ def test_bad_input_on_hf_models_names_the_value_and_the_range(qwen3):
     wide = RecordLookup(vocab_size=1000, n_records=6, n_demos=1).sample(1, 4, seed=0, split="calibration")
     with pytest.raises(ValueError, match=r"token id \d+ is out of range: allowed 0\.\.127"):
         knockout_map(qwen3, batch, wide)
-    with pytest.raises(ValueError, match=r"model of type dict is invalid: allowed a HookedCompressedTransformer"):
+    with pytest.raises(ValueError, match=r"model of type dict is invalid: allowed a phaseinterp.backends Backend or a model of a registered family"):
         activation_patching({"weights": 0}, pair)
     assert no_torch_hooks(qwen3)

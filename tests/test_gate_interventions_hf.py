@@ -1,6 +1,6 @@
 """Gate interventions (overrides, cycling, attribution) on the HF DeepSeek-V4 backend, CSA and HCA
 layers, checked against our `Compressor` on equal weights (the layouts match: `convert`), against
-a plain-torch gradient, and against our own model run directly and behind `HookedBackend`."""
+a plain-torch gradient, and against our own model through TransformerLens hooks and through nnsight."""
 
 import warnings
 
@@ -10,7 +10,8 @@ import torch
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4CSACompressor, apply_rotary_pos_emb
 
 from phaseinterp import HookedCompressedTransformer, preset
-from phaseinterp.backends import CycleGate, DeepseekV4Backend, HookedBackend, Read, Unit, backend_for
+from phaseinterp.backends import (CycleGate, DeepseekV4Backend, HookedBackend, HookedNNsightBackend, Read, Unit,
+                                  backend_for)
 from phaseinterp.backends.tiny import tiny_deepseek_v4, tiny_qwen3
 from phaseinterp.config import ModelConfig
 from phaseinterp.convert import compression_config_from_hf, load_hf_compressor
@@ -321,12 +322,12 @@ def test_gate_attribution_on_the_backend_agrees_with_its_exact_interventions(dee
         gate_attribution(backend_for(tiny_qwen3(seed=0)), batch, override="uniform")
 
 
-# ---- our model: directly and behind HookedBackend, one implementation ---------------------------------
+# ---- our model: TransformerLens hooks (HookedBackend) and the generic nnsight engine agree ------------
 
 @pytest.mark.parametrize("name", ["tiny-w4s4", "tiny-deepseek-csa"])
-def test_our_model_gives_the_same_results_directly_and_behind_hooked_backend(name):
+def test_our_model_gives_the_same_results_through_both_engines(name):
     model = HookedCompressedTransformer(preset(name), seed=0)
-    b = HookedBackend(model)
+    b = HookedNNsightBackend(model)
     batch = RecordLookup(vocab_size=model.cfg.vocab_size, n_records=8, n_demos=2).sample(2, model.cfg.residue_modulus,
                                                                                          seed=0)
     t = batch.tokens

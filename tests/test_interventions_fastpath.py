@@ -4,7 +4,8 @@ compressor variant and full attention, including queries whose own window just c
 import pytest
 import torch
 
-from phaseinterp.interventions import (FinalPositionRun, calibrate, final_logits, head_units, is_correct,
+from phaseinterp.backends.incremental import FinalPositionRun
+from phaseinterp.interventions import (calibrate, final_logits, head_units, is_correct,
                                        knockout_logits, run_units)
 from phaseinterp.tasks import RecordLookup
 from tests.helpers import COMPRESSED_VARIANTS, noisy_model, tiny_cfg

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from phaseinterp import CompressionConfig
-from phaseinterp.interventions import (FinalPositionRun, Pairing, activation_patching, calibrate, cycled_gates,
+from phaseinterp.interventions import (Pairing, activation_patching, calibrate, cycled_gates,
                                        gate_attribution, gate_cycling, gate_override, knockout_map, mapping_swap,
                                        phase_swap, planted_model, run_units)
-from phaseinterp.interventions.runner import has_hooks
+from phaseinterp.backends.incremental import FinalPositionRun
+from phaseinterp.backends.tl_hooks import has_hooks
 from phaseinterp.tasks import RecordLookup
 from tests.helpers import noisy_model, tiny_cfg
 

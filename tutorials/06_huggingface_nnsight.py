@@ -21,13 +21,13 @@
 #
 # | backend | model |
 # |---|---|
-# | `HookedBackend` | our `HookedCompressedTransformer` |
+# | `HookedBackend` | our `HookedCompressedTransformer` (TransformerLens hooks and the incremental final-position path inside it) |
 # | `DeepseekV4Backend` | HF `DeepseekV4ForCausalLM` (CSA and HCA compressors, gates read from the compressor's forward; gate overrides, cycling and attribution) |
 # | `HFCausalLMBackend` | any HF causal LM (Qwen3, Llama, GPT-2, ...), heads read at the attention output projection |
 #
 # A backend exposes named units (`L1.KV0`, `L1.G0`, ...) and runs edits on them through nnsight;
-# `phase_sweep`, `knockout_map` and `activation_patching` accept a backend (or a raw HF model, which
-# they wrap with `backend_for`) with the same arguments as our model. Here we run the same calls on
+# every intervention and `phase_sweep` talk to a backend only (one engine): given our model or a
+# raw HF model they wrap it with `backend_for` themselves, with the same arguments for every model. Here we run the same calls on
 # a tiny random DeepSeek-V4, a tiny random Qwen3 (both built from configs: no downloads) and our
 # shipped checkpoint. The random models have accuracy ~0: the point is that every call runs
 # unchanged on every model, which the test suite checks against the HF reference implementations.

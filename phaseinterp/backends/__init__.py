@@ -18,16 +18,17 @@ from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend  # noqa: E402
 from phaseinterp.backends.compression import Compression  # noqa: E402
 from phaseinterp.backends.edits import CycleGate, Edit, Replace, SetEntries, SetGate  # noqa: E402
 from phaseinterp.backends.hf import HFCausalLMBackend  # noqa: E402
-from phaseinterp.backends.hooked import HookedBackend  # noqa: E402
+from phaseinterp.backends.hooked import HookedBackend, HookedNNsightBackend  # noqa: E402
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention  # noqa: E402
 from phaseinterp.backends.nsa import NSABackend  # noqa: E402
 from phaseinterp.backends.load import backend_for, load_pretrained  # noqa: E402
+from phaseinterp.backends.resolve import resolve_model  # noqa: E402
 from phaseinterp.backends.smollm2 import load_smollm2, smollm2_backend  # noqa: E402
 from phaseinterp.backends.units import BackendConfig, Read  # noqa: E402
 from phaseinterp.units import UNIT_KINDS, Unit  # noqa: E402
 
 __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "Compression", "CycleGate",
            "DeepseekV4Backend", "Edit",
-           "HFCausalLMBackend", "HookedBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
+           "HFCausalLMBackend", "HookedBackend", "HookedNNsightBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
            "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "load_pretrained", "load_smollm2",
-           "restore_attention", "smollm2_backend"]
+           "resolve_model", "restore_attention", "smollm2_backend"]

@@ -24,7 +24,7 @@ from torch import Tensor
 from phaseinterp.backends.batching import BatchedNNsight
 from phaseinterp.backends.compat import TLCompat
 from phaseinterp.backends.compression import Compression
-from phaseinterp.backends.edits import Edit, _positions, sites
+from phaseinterp.backends.edits import CycleGate, Edit, _positions, sites
 from phaseinterp.backends.units import BackendConfig, Positions, Read
 from phaseinterp.units import UNIT_KINDS, Unit, head_units
 
@@ -68,6 +68,12 @@ class Backend(TLCompat):
     """
 
     cfg: BackendConfig
+    #: what runs the primitives below ("nnsight"; `HookedBackend`: "transformer_lens"), recorded in results
+    engine = "nnsight"
+    #: whether `hooks` and `cycled_gates` change the wrapped module itself (TransformerLens hooks,
+    #: parameters rolled in place), so that calls on the bare module inside the block see them;
+    #: nnsight edits exist only in this backend's calls
+    edits_reach_module = False
 
     def __init__(self, model: torch.nn.Module, cfg: BackendConfig) -> None:
         self.model = model.eval()
@@ -125,6 +131,56 @@ class Backend(TLCompat):
     def _gate_bias(self, layer: int, branch: int) -> Tensor | None:
         """The offset bias of the gate logits, [chunking * W, kv_head, channel], or None."""
         raise ValueError(f"layer {layer} has no compressor")
+
+    # ---- what the interventions ask of every backend (`HookedBackend` overrides them) ----------
+    def describe(self) -> str:
+        """Short name of what runs, e.g. "DeepseekV4Backend(DeepseekV4ForCausalLM)"."""
+        return f"{type(self).__name__}({self.cfg.model_class})"
+
+    @property
+    def recorded_cfg(self) -> Any:
+        """The model configuration results record (`measure.provenance.model_config`): this card;
+        models we wrote record their own config."""
+        return self.cfg
+
+    def has_hooks(self) -> bool:
+        """Whether edits are active (inside `intervene` or `hooks`): what a forward computes may differ."""
+        return bool(self._active)
+
+    def incremental_ok(self) -> bool:
+        """Whether `final_position_run` applies (no backend but `HookedBackend` has that path)."""
+        return False
+
+    def final_position_run(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> Any:
+        """The cached base run that recomputes only each row's query position after edits there
+        (`backends.incremental.FinalPositionRun`), where the backend has one."""
+        raise ValueError(f"the incremental final-position path is not available on {self.describe()}: allowed on "
+                         "HookedBackend without hooks attached (use method='hooks')")
+
+    @contextmanager
+    def cycled_gates(self, units: Sequence[Unit], delta: int) -> Iterator[None]:
+        """Every call inside the block runs with the gates of `units` cycled by `delta` offsets
+        (`CycleGate` edits: the gate logits rebuilt with the rolled maps and bias)."""
+        with self.intervene(*[CycleGate(u, delta) for u in units]):
+            yield
+
+    def sweep_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                     prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
+        """Logits at the query positions for the phase sweep (`measure.evaluate_correct`): here
+        `final_logits`, the query positions only."""
+        return self.final_logits(tokens, query_pos)
+
+    def sweep_info(self) -> dict[str, Any] | None:
+        """What a phase sweep records about how its logits were computed (None: full forwards)."""
+        return {"positions": "query positions only", "prefill_chunk": getattr(self, "prefill_chunk", None)}
+
+    def branch_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                      knockouts: Sequence[tuple[int, str]], *, positions: str = "all", batch_size: int = 128
+                      ) -> tuple[Tensor, Tensor]:
+        """(clean logits, logits with each (layer, branch) output zeroed) at the query positions:
+        NSA's sparse-attention branches (`NSABackend`)."""
+        raise ValueError(f"model {self.describe()} is invalid for branch knockout: allowed an NSATransformer "
+                         "(phaseinterp.model.nsa); other models: knockout_map")
 
     # ---- units -------------------------------------------------------------------------------
     def units(self, kind: str | None = None) -> list[Unit]:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -67,6 +68,22 @@ class TLCompat:
         raise ValueError(f"hook name {name!r} is not available on this backend ({self.cfg.model_class}); "
                          f"closest: {close}; see backend.hook_names()")
 
+    def check_hook_name(self, name: str) -> None:
+        """ValueError (suggesting close names) unless this backend answers to hook `name`."""
+        self.resolve_hook(name)
+
+    def compressor_names(self, layer: int) -> list[str]:
+        """Hook-name prefixes of the compressor branches of `layer` ("compress_k", "compress_v" or
+        "compress_kv"; none for full attention)."""
+        return [f"compress_{b}" for b in self.cfg.gate_branches[layer]]
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Sequence[tuple[str, Callable]] = ()) -> Iterator[None]:
+        """TransformerLens-style forward hooks as edits of every call inside the block (removed on
+        exit, also on error)."""
+        with self.intervene(*[self.hook_edit(name, fn) for name, fn in fwd_hooks]):
+            yield
+
     def hook_edit(self, name: str, fn: Callable[[Tensor, Any], Tensor]) -> HookEdit:
         """The edit a TransformerLens-style forward hook `fn(activation, hook)` makes at hook `name`
         (`hook.name` is the name; the activation is in the hook's own layout)."""
@@ -77,7 +94,7 @@ class TLCompat:
     def final_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
                      fwd_hooks: Sequence[tuple[str, Callable]] = (), *, grad: bool = False
                      ) -> Float[Tensor, "batch vocab"]:
-        """Next-token logits at `query_pos[i]` of each row (as `interventions.runner.final_logits`),
+        """Next-token logits at `query_pos[i]` of each row (as `interventions.final_logits`),
         with the edits of enclosing `intervene` blocks, then `fwd_hooks` (TransformerLens-style
         `(name, fn(activation, hook))`); `grad` keeps the autograd graph."""
         edits = [*self._active, *[self.hook_edit(name, fn) for name, fn in fwd_hooks]]
@@ -87,7 +104,7 @@ class TLCompat:
                   units: Sequence[dict[str, Callable[[Tensor], Tensor]]], *, max_rows: int = 2048,
                   base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
         """Logits at `query_pos` for each unit's `{hook name: fn(block) -> block}` edit, several
-        units per forward (as `interventions.runner.run_units`; at most `max_rows` rows each);
+        units per forward (as `interventions.run_units`; at most `max_rows` rows each);
         `base_hooks` (TransformerLens-style) edit every unit's run first (e.g. a gate override).
 
         Example:

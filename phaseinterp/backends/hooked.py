@@ -1,4 +1,12 @@
-"""`HookedBackend`: our `HookedCompressedTransformer` behind the backend interface, through nnsight.
+"""`HookedBackend`: our `HookedCompressedTransformer` behind the backend interface.
+
+Every intervention and sweep runs on a backend; our model runs behind `HookedBackend`, which
+answers the engine's primitives with TransformerLens hooks and in-place parameters
+(`backends.tl_hooks`: final logits, batched units, captures, hooks; gate cycling by rolling the
+gate parameters; the phase sweep's full forwards) and adds the incremental final-position path
+(`backends.incremental.FinalPositionRun`). `HookedNNsightBackend` is the same model through the
+generic nnsight engine of `Backend` (as HuggingFace models run): the edits (`Replace`, `SetGate`,
+`CycleGate`, ...) and reads of both are nnsight's, and the parity tests compare the two engines.
 
 Sites are the model's TransformerLens hook points (docs/hooks.md), reached as nnsight modules:
 heads `blocks.{l}.attn.hook_z` [batch, pos, head, d_head], layers `blocks.{l}.hook_attn_out`,
@@ -15,12 +23,17 @@ and gate edits do not need it and run on the fused path.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.backends import tl_hooks
 from phaseinterp.backends.base import Backend, Site
 from phaseinterp.backends.compression import Compression
+from phaseinterp.backends.incremental import FinalPositionRun
 from phaseinterp.backends.units import BackendConfig
 from phaseinterp.gates import gate_kind
 from phaseinterp.model import HookedCompressedTransformer
@@ -35,13 +48,13 @@ def _hook_site(envoy) -> Site:
     return Site(get=lambda: envoy.output, set=set_output)
 
 
-class HookedBackend(Backend):
-    """Backend for `HookedCompressedTransformer`.
+class HookedNNsightBackend(Backend):
+    """`HookedCompressedTransformer` through the generic nnsight engine (see `HookedBackend`).
 
     Example:
         >>> from phaseinterp import HookedCompressedTransformer, preset
-        >>> from phaseinterp.backends import HookedBackend, Replace, Unit
-        >>> backend = HookedBackend(HookedCompressedTransformer(preset("tiny-w4s4"), seed=0))
+        >>> from phaseinterp.backends import HookedNNsightBackend, Replace, Unit
+        >>> backend = HookedNNsightBackend(HookedCompressedTransformer(preset("tiny-w4s4"), seed=0))
         >>> tokens = torch.randint(0, 512, (1, 16))
         >>> with backend.intervene(Replace(Unit("kv_head", 0, 0))):
         ...     knocked = backend(tokens)
@@ -62,7 +75,9 @@ class HookedBackend(Backend):
             gate_branches=tuple(() if cc is None else (("kv",) if cc.kv == "tied" else ("k", "v")) for cc in ccs),
             n_ctx=c.n_ctx,
         )
+        training = model.training
         super().__init__(model, cfg)
+        model.train(training)  # no dropout: the caller's flag stays (a trainer's sweep must not flip it)
         for block in model.blocks:  # the backend reads heads, layers, gates and entries, never patterns
             block.attn.patterns_in_nnsight_traces = False
 
@@ -144,3 +159,110 @@ class HookedBackend(Backend):
         finally:
             attn.explicit = before
         return store["pattern"]
+
+
+def _leaf(x: Tensor, hook) -> Tensor:
+    return x.detach().requires_grad_(True)
+
+
+class HookedBackend(HookedNNsightBackend):
+    """Backend for `HookedCompressedTransformer`: the engine's primitives through TransformerLens
+    hooks on the model (any of its hook names, `model.hook_dict`), the incremental final-position
+    path, gate cycling in place; edits of enclosing `intervene` blocks run through nnsight.
+
+    Example:
+        >>> from phaseinterp import HookedCompressedTransformer, preset
+        >>> from phaseinterp.backends import HookedBackend, Replace, Unit
+        >>> backend = HookedBackend(HookedCompressedTransformer(preset("tiny-w4s4"), seed=0))
+        >>> tokens = torch.randint(0, 512, (2, 16))
+        >>> zero = {"blocks.0.hook_resid_pre": lambda x: torch.zeros_like(x)}  # any hook of the model
+        >>> backend.run_units(tokens, torch.tensor([15, 7]), [{}, zero]).shape
+        torch.Size([2, 2, 512])
+    """
+
+    engine = "transformer_lens"
+    edits_reach_module = True
+
+    @property
+    def recorded_cfg(self):
+        return self.model.cfg
+
+    def hook_names(self) -> list[str]:
+        return list(self.model.hook_dict)
+
+    def check_hook_name(self, name: str) -> None:
+        self.model.check_hook_name(name)
+
+    def has_hooks(self) -> bool:
+        return bool(self._active) or tl_hooks.has_hooks(self.model)
+
+    def hooks(self, fwd_hooks: Sequence[tuple[str, Callable]] = ()):
+        if self._active:
+            return super().hooks(fwd_hooks)
+        return tl_hooks.hooked(self.model, fwd_hooks)
+
+    def final_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                     fwd_hooks: Sequence[tuple[str, Callable]] = (), *, grad: bool = False
+                     ) -> Float[Tensor, "batch vocab"]:
+        """As `Backend.final_logits`; with `grad` the graph starts at the embeddings
+        (`hook_embed` made a leaf, so it exists with frozen parameters; they get no gradient)."""
+        if self._active:
+            return super().final_logits(tokens, query_pos, fwd_hooks, grad=grad)
+        hooks = [("hook_embed", _leaf), *fwd_hooks] if grad else fwd_hooks
+        return tl_hooks.final_logits(self.model, tokens, query_pos, hooks, grad=grad)
+
+    def run_units(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                  units: Sequence[dict[str, Callable[[Tensor], Tensor]]], *, max_rows: int = 2048,
+                  base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
+        if self._active:
+            return super().run_units(tokens, query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
+        if max_rows < 1:
+            raise ValueError(f"max_rows={max_rows} is out of range: allowed >= 1")
+        return tl_hooks.run_units(self.model, tokens, query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
+
+    def capture(self, tokens: Int[Tensor, "batch pos"], names: Sequence[str],
+                sites: Int[Tensor, "batch site"] | None = None) -> dict[str, Tensor]:
+        if self._active:
+            return super().capture(tokens, names, sites)
+        return tl_hooks.capture(self.model, tokens, names, sites)
+
+    def incremental_ok(self) -> bool:
+        return not self.has_hooks()
+
+    def final_position_run(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> FinalPositionRun:
+        if self._active:
+            raise ValueError("the final-position path ignores the edits of an enclosing intervene block: "
+                             "allowed outside it (or method='hooks')")
+        return FinalPositionRun(self.model, tokens, query_pos)
+
+    @contextmanager
+    def cycled_gates(self, units: Sequence[Unit], delta: int) -> Iterator[None]:
+        """The gate parameters themselves rolled (`gate_index`, `b_Z`; each chunking's bias rows on
+        their own), restored on exit, also on error."""
+        saved = []
+        for u in units:
+            comp = self._module(self.check_unit(u).layer, u.index)
+            saved.append((comp, comp.gate_index.clone(), comp.b_Z.detach().clone() if hasattr(comp, "b_Z") else None))
+        try:
+            with torch.no_grad():
+                for comp, index, bias in saved:
+                    comp.gate_index.copy_(torch.roll(index, delta))
+                    if bias is not None:
+                        rows = bias.view(comp.cc.chunkings, comp.cc.window, -1)
+                        comp.b_Z.copy_(torch.roll(rows, delta, dims=1).view_as(bias))
+            yield
+        finally:
+            with torch.no_grad():
+                for comp, index, bias in saved:
+                    comp.gate_index.copy_(index)
+                    if bias is not None:
+                        comp.b_Z.copy_(bias)
+
+    def sweep_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                     prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
+        if self._active:
+            return super().sweep_logits(tokens, query_pos, prompt_id)
+        return tl_hooks.prompt_logits(self.model, tokens, query_pos, prompt_id)
+
+    def sweep_info(self) -> dict | None:
+        return None

@@ -5,7 +5,10 @@ model: heads `blocks.{l}.attn.hook_z` [batch, pos, head, d_head] (the gate-mixed
 branches, before `combine_heads`), layers `blocks.{l}.hook_attn_out`. NSA's compressor is an MLP,
 not a softmax gate over offsets, so there are no gate units; its entries are read with
 `run_with_cache` (`compress_k.hook_out`, docs/nsa.md). Knockout maps, patching of head outputs
-and phase sweeps therefore run on NSA with the same calls as on every other model.
+and phase sweeps therefore run on NSA with the same calls as on every other model. Phase sweeps
+run full forwards (one per distinct prompt) and branch knockout zeroes a branch output
+(`blocks.{l}.attn.hook_z_{branch}`) with TransformerLens hooks; results record the model's own
+`NSAConfig`.
 
 Example:
     >>> from phaseinterp.model.nsa import NSAConfig, NSATransformer
@@ -16,11 +19,30 @@ Example:
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.backends import tl_hooks
 from phaseinterp.backends.base import Backend, Site
 from phaseinterp.backends.hooked import _hook_site
 from phaseinterp.backends.units import BackendConfig
+from phaseinterp.model.nsa.attention import BRANCHES  # NSA's branches, in the order of its gates
+from phaseinterp.units import Unit
+
+
+def _zero_hook(query_pos: Tensor | None):
+    def hook(z: Tensor, hook) -> Tensor:
+        z = z.clone()
+        if query_pos is None:
+            z.zero_()
+        else:
+            z[torch.arange(len(z), device=z.device), query_pos.to(z.device)] = 0.0
+        return z
+
+    return hook
 
 
 class NSABackend(Backend):
@@ -35,7 +57,50 @@ class NSABackend(Backend):
             n_kv_heads=c.n_kv_heads, d_head=c.d_head, d_model=c.d_model, vocab_size=c.vocab_size,
             layer_strides=(c.compress_stride,) * c.n_layers, gate_windows=(None,) * c.n_layers,
             gate_branches=((),) * c.n_layers, n_ctx=c.n_ctx)
+        training = model.training
         super().__init__(model, cfg)
+        model.train(training)  # no dropout: the caller's flag stays (a trainer's sweep must not flip it)
+
+    @property
+    def recorded_cfg(self):
+        return self.model.cfg
+
+    def sweep_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                     prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
+        if self._active:
+            return super().sweep_logits(tokens, query_pos, prompt_id)
+        return tl_hooks.prompt_logits(self.model, tokens, query_pos, prompt_id)
+
+    def sweep_info(self) -> dict | None:
+        return None
+
+    @torch.no_grad()
+    def branch_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                      knockouts: Sequence[tuple[int, str]], *, positions: str = "all", batch_size: int = 128
+                      ) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"]]:
+        """(clean logits, logits with each (layer, branch) output zeroed at every position ("all")
+        or at the query position ("final")), full forwards of `batch_size` rows in eval mode."""
+        for layer, branch in knockouts:
+            self.check_unit(Unit("layer", layer))
+            if branch not in BRANCHES:
+                raise ValueError(f"branch={branch!r} is invalid: allowed one of {list(BRANCHES)}")
+        model, training = self.model, self.model.training
+        tokens, query_pos = tokens.to(self.device), query_pos.to(self.device)
+        rows = torch.arange(len(tokens))
+        clean, edited = [], [[] for _ in knockouts]
+        model.eval()
+        try:
+            for start in range(0, len(tokens), batch_size):
+                t, q = tokens[start:start + batch_size], query_pos[start:start + batch_size]
+                r = rows[:len(t)]
+                clean.append(model(t)[r, q])
+                for i, (layer, branch) in enumerate(knockouts):
+                    hook = _zero_hook(None if positions == "all" else q)
+                    out = model.run_with_hooks(t, fwd_hooks=[(f"blocks.{layer}.attn.hook_z_{branch}", hook)])
+                    edited[i].append(out[r, q])
+        finally:
+            model.train(training)
+        return torch.cat(clean), torch.stack([torch.cat(e) for e in edited])
 
     def _forward(self, tokens: Tensor) -> Tensor:
         return self.model(tokens)

@@ -8,7 +8,6 @@ from phaseinterp.interventions.attribution import GateAttribution, attribution_p
 from phaseinterp.interventions.calibration import REPLACEMENTS, Calibration, calibrate, calibrate_cached, clear_calibrations
 from phaseinterp.interventions.cycling import CyclingResult, cycled_gates, gate_cycling, r_squared
 from phaseinterp.interventions.overrides import compressors, gate_override, gate_override_hooks, override_values
-from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.knockout import (is_correct, knockout, knockout_edit, knockout_hooks, knockout_logits,
                                                 knockout_map)
 from phaseinterp.interventions.pairs import Pairing, mapping_swap, phase_swap
@@ -20,7 +19,7 @@ from phaseinterp.units import LEVELS, Unit, head_units
 REGISTRY = {"knockout": knockout_map, "patching": activation_patching, "gate_attribution": gate_attribution,
             "gate_cycling": gate_cycling}
 
-__all__ = ["LEVELS", "REGISTRY", "REPLACEMENTS", "Calibration", "CyclingResult", "FinalPositionRun",
+__all__ = ["LEVELS", "REGISTRY", "REPLACEMENTS", "Calibration", "CyclingResult",
            "GateAttribution", "Pairing", "Unit", "activation_patching", "attribution_patching", "calibrate",
            "calibrate_cached", "clear_calibrations", "compressors", "cycled_gates", "final_logits", "gate_attribution", "gate_cycling", "gate_override",
            "gate_override_hooks", "head_units", "is_correct", "knockout", "knockout_edit", "knockout_hooks",

@@ -29,7 +29,8 @@ from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.overrides import BRANCH_NAMES, TARGETS, compressors, gate_override_hooks, override_values
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.patching import logit_diff, top_other
-from phaseinterp.interventions.runner import capture, final_logits, is_backend, model_device, run_units, runnable
+from phaseinterp.interventions.checks import check_at_least_one
+from phaseinterp.interventions.runner import runnable
 from phaseinterp.interventions.stats import by_residue
 from phaseinterp.measure.provenance import jsonable, model_config, versions
 from phaseinterp.tasks import PhaseBatch
@@ -48,9 +49,9 @@ def attribution_patching(model, tokens: Int[Tensor, "batch pos"], query_pos: Int
     """Elementwise attribution `(source - base) * dM/d(activation)` at the given hook names.
 
     Args:
-        model: a HookedCompressedTransformer (any HookedRootModule with `ln_final.hook_normalized`),
-            or a backend (hook names of `backend.hook_names()`; the hooks become edits of one
-            traced forward that keeps the graph, `Backend.run_batched(..., grad=True)`).
+        model: our model, a backend or a raw HF model (hook names of `backend.hook_names()`; the
+            backend's `final_logits(..., grad=True)`: TransformerLens hooks on our model, edits of
+            one traced forward that keeps the graph on nnsight backends).
         tokens, query_pos: the base run's rows.
         sources: {hook name: source activation, same shape as the base activation}.
         metric: logits at the query positions [batch, vocab] -> per-row metric [batch]; rows are
@@ -65,10 +66,8 @@ def attribution_patching(model, tokens: Int[Tensor, "batch pos"], query_pos: Int
         >>> attr, m = attribution_patching(model, corrupt, qpos, {"blocks.0.attn.hook_z": clean_z},
         ...                                lambda lg: lg[:, 5] - lg[:, 7])  # doctest: +SKIP
     """
+    model = runnable(model)
     acts: dict[str, Tensor] = {}
-
-    def leaf(x: Tensor, hook) -> Tensor:  # make the graph exist even if parameters are frozen
-        return x.detach().requires_grad_(True)
 
     def keep(x: Tensor, hook) -> Tensor:
         if not x.requires_grad:  # a constant written by an override: make it a leaf of the graph
@@ -78,13 +77,8 @@ def attribution_patching(model, tokens: Int[Tensor, "batch pos"], query_pos: Int
 
     hooks = [*base_hooks] + [(n, keep) for n in sources]
     for n in sources:
-        if is_backend(model):
-            model.resolve_hook(n)
-        else:
-            model.check_hook_name(n)
-    if not is_backend(model):  # a backend's leaves are made by `keep` alone (no embedding hook there)
-        hooks.insert(0, ("hook_embed", leaf))
-    logits = final_logits(model, tokens, query_pos, hooks, grad=True)
+        model.check_hook_name(n)
+    logits = model.final_logits(tokens, query_pos, hooks, grad=True)
     m = metric(logits)
     missing = set(sources) - set(acts)
     if missing:
@@ -178,14 +172,15 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
         raise ValueError(f"target={target!r} is invalid: allowed one of {list(TARGETS)}")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is invalid: allowed one of {list(MODES)}")
+    check_at_least_one("max_rows", max_rows)
     model = runnable(model)
     comps = compressors(model, layers)
     hook = "hook_gate" if target == "weights" else "hook_gate_logits"
     names = [f"blocks.{l}.attn.{next(a for a, b in BRANCH_NAMES.items() if b == br)}.{hook}" for l, br, _ in comps]
     base, rows, pair_foil, sources, base_hooks, reference = _runs(model, data, comps, names, override, offset, mode,
                                                                   target)
-    base_logits = final_logits(model, base.tokens, base.query_pos, base_hooks)
-    dev = model_device(model)
+    base_logits = model.final_logits(base.tokens, base.query_pos, base_hooks)
+    dev = model.device
     foil = (pair_foil if pair_foil is not None else top_other(base_logits, rows.answers)).to(dev)
     answer = rows.answer.to(dev)
     metric = lambda lg: logit_diff(lg, answer, foil)  # noqa: E731
@@ -207,7 +202,7 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
     exact = None
     if validate:
         units = [{n: _write_slot(sources[n], o, h)} for n, _, o, h in cells]
-        edited = run_units(model, base.tokens, base.query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
+        edited = model.run_units(base.tokens, base.query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
         delta = (metric(edited) - m_base[None]).cpu().numpy()
         exact = np.full(shape, np.nan)
         for (_, idx, _, _), d in zip(cells, delta):
@@ -227,14 +222,14 @@ def _runs(model, data: PhaseBatch | Pairing, comps: list, names: list[str], over
     if isinstance(data, Pairing):
         if override is not None or mode != "denoise":
             raise ValueError("with a Pairing, give no override and mode='denoise' (base = corrupt, source = clean)")
-        return data.corrupt, data.clean, data.foil, capture(model, data.clean.tokens, names), [], f"{data.kind} (denoising)"
+        return data.corrupt, data.clean, data.foil, model.capture(data.clean.tokens, names), [], f"{data.kind} (denoising)"
     if not isinstance(data, PhaseBatch):
         raise ValueError(f"data must be a PhaseBatch or a Pairing, got {type(data).__name__}")
     if override is None:
         raise ValueError("with a PhaseBatch give override='uniform', 'one_hot' (with offset) or a tensor")
     kind = override if isinstance(override, str) else "tensor"
     tensor = None if isinstance(override, str) else override
-    real = capture(model, data.tokens, names)
+    real = model.capture(data.tokens, names)
     reference = f"override {kind}" + (f" at offset {offset}" if offset is not None else "") + f" ({mode})"
     if mode == "denoise":
         hooks = gate_override_hooks(model, kind, target=target, layers=sorted({l for l, _, _ in comps}), offset=offset,

@@ -14,7 +14,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.interventions.checks import check_at_least_one, check_position
-from phaseinterp.interventions.runner import capture, has_hooks, model_device, n_layers, runnable
+from phaseinterp.interventions.runner import runnable
 from phaseinterp.tasks import PhaseBatch
 
 REPLACEMENTS = ("mean", "zero", "resample")
@@ -180,14 +180,14 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
         check_at_least_one("max_rows", max_rows)
     T = batch.tokens.shape[1]
     pos = check_positions(positions, T)
-    dev = model_device(model)
+    dev = model.device
     sites = site_positions(pos, batch.query_pos.to(dev), T)
-    names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers(model))]
+    names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
     step = len(batch) if max_rows is None else max_rows
     chunks = []
     for start in range(0, len(batch), max(step, 1)):
         rows = slice(start, start + step)
-        acts = capture(model, batch.tokens[rows], names, sites[rows])
+        acts = model.capture(batch.tokens[rows], names, sites[rows])
         chunks.append(torch.stack([acts[n] for n in names], 1))
     meta = {k: batch.meta[k] for k in ("task", "split", "seed", "config", "protocol") if k in batch.meta}
     return Calibration(torch.cat(chunks), batch.residue.to(dev), batch.modulus, pos, {**meta, "rows": len(batch)})
@@ -203,19 +203,16 @@ def check_calibration(calib: Calibration, model) -> None:
                          f"for this model: allowed layers, heads, d_head = {want}")
 
 
-#: Calibrations remembered per model (weakly: dropped with the model), newest last.
+#: Calibrations remembered per wrapped module (weakly: dropped with the model), newest last; a
+#: backend built anew for each call (`runnable(model)`) finds its model's calibrations.
 _CALIBRATIONS: "weakref.WeakKeyDictionary[Any, dict[tuple, Calibration]]" = weakref.WeakKeyDictionary()
 _PER_MODEL = 4
 
 
-def _weights_key(model) -> tuple | None:
+def _weights_key(backend) -> tuple:
     """Changes whenever a parameter is replaced or edited in place through autograd-visible ops
-    (optimizer steps, `load_state_dict`, `copy_` under no_grad); edits through `.data` are not seen.
-    None for what has no parameters to watch."""
-    module = getattr(model, "model", model)  # a backend wraps its module
-    if not hasattr(module, "parameters"):
-        return None
-    return tuple((p.data_ptr(), p._version) for p in module.parameters())
+    (optimizer steps, `load_state_dict`, `copy_` under no_grad); edits through `.data` are not seen."""
+    return tuple((p.data_ptr(), p._version) for p in backend.model.parameters())
 
 
 def calibrate_cached(model, batch: PhaseBatch, positions: Positions = "final", *, max_rows: int | None = None
@@ -225,14 +222,14 @@ def calibrate_cached(model, batch: PhaseBatch, positions: Positions = "final", *
     forward pass. The cache holds the last 4 calibrations per model and forgets a model's
     entries when its weights change; `clear_calibrations()` empties it."""
     model = runnable(model)
-    weights = _weights_key(model)
-    if weights is None or has_hooks(model):  # hooks may change what a forward computes: never reuse
+    if model.has_hooks():  # hooks may change what a forward computes: never reuse
         return calibrate(model, batch, positions, max_rows=max_rows)
+    weights = (type(model).__name__, _weights_key(model))
     key = (hashlib.sha1(batch.tokens.cpu().numpy().tobytes()).hexdigest(), tuple(batch.tokens.shape),
            hashlib.sha1(batch.query_pos.cpu().numpy().tobytes()).hexdigest(),
            hashlib.sha1(batch.residue.cpu().numpy().tobytes()).hexdigest(), batch.modulus,
            check_positions(positions, batch.tokens.shape[1]), weights)
-    per_model = _CALIBRATIONS.setdefault(model, {})
+    per_model = _CALIBRATIONS.setdefault(model.model, {})
     if key not in per_model:
         for stale in [k for k in per_model if k[-1] != key[-1]]:
             del per_model[stale]

@@ -1,9 +1,10 @@
 """Gate cycling: gate parameters rolled over offsets (payload maps unchanged), and the predicted
 shift of the phase curve A_delta(r) ~ A_0((r - delta) mod R), scored by R^2 without the boundary phase.
 
-On our model the parameters themselves are rolled (`gate_index`, `b_Z`); on a backend
-(HookedBackend, HF DeepSeek-V4) each branch gets a `CycleGate` edit, which rebuilds the gate
-logits from each token's gate projections with the rolled maps and bias: the same gates."""
+The backend does the cycling (`backend.cycled_gates`): behind `HookedBackend` our model's
+parameters themselves are rolled (`gate_index`, `b_Z`); a generic backend (HF DeepSeek-V4) gives
+each branch a `CycleGate` edit, which rebuilds the gate logits from each token's gate
+projections with the rolled maps and bias: the same gates."""
 
 from __future__ import annotations
 
@@ -14,22 +15,20 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 from jaxtyping import Float
 
-from phaseinterp.interventions.overrides import BRANCH_NAMES, compressors
+from phaseinterp.interventions.overrides import BRANCH_NAMES, block_backend, compressors
 from phaseinterp.measure import PhaseCurve, evaluate_correct
 from phaseinterp.measure.provenance import jsonable, model_config, versions
 from phaseinterp.interventions.runner import runnable
-from phaseinterp.measure.sweep import is_backend
 from phaseinterp.model.compressor import map_index
 from phaseinterp.tasks import PhaseBatch
 from phaseinterp.units import Unit
 
 
 def _rollable(comp) -> tuple[bool, bool]:
-    """(gate maps differ by offset, has an offset bias), from the layer's config (our
-    `Compressor` or a backend's `Compression`)."""
+    """(gate maps differ by offset, has an offset bias), from the layer's config (a backend's
+    `Compression`)."""
     if not comp.kind.learned:
         return False, False
     index = map_index(comp.cc, comp.cc.gate_maps)
@@ -40,13 +39,14 @@ def _rollable(comp) -> tuple[bool, bool]:
 def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
                  branches: Sequence[str] | None = None) -> Iterator[None]:
     """Temporarily cycle gate parameters by `delta` offsets: Z'_i = Z_{(i - delta) mod W} and
-    b'_i = b_{(i - delta) mod W}; payload maps C_i unchanged. Implemented by rolling the
-    compressor's `gate_index` buffer (which map each offset uses) and `b_Z`.
+    b'_i = b_{(i - delta) mod W}; payload maps C_i unchanged (`backend.cycled_gates`). On our
+    model (`HookedBackend`) the compressor's `gate_index` buffer (which map each offset uses) and
+    `b_Z` are rolled in place and restored on exit, also on error; on a generic backend (HF
+    DeepSeek-V4: CSA and HCA layers) the block runs inside `backend.intervene(CycleGate(...), ...)`
+    and nothing changes in place.
 
     With shared gate maps only the bias rolls (a shared map is the same at every offset); with
-    deepseek-csa's two half maps, the half each offset uses rolls with it. Parameters are restored
-    on exit, also on error. On a backend (HookedBackend, HF DeepSeek-V4: CSA and HCA layers) the
-    block runs inside `backend.intervene(CycleGate(...), ...)` instead; nothing is changed in place.
+    deepseek-csa's two half maps, the half each offset uses rolls with it.
 
     Raises:
         ValueError: delta = 0 mod W in a selected layer, or nothing to roll at all (uniform gates,
@@ -59,46 +59,26 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
         >>> curve.modulus
         4
     """
-    comps = compressors(model, layers, branches)
+    backend = block_backend(model)
+    comps = compressors(backend, layers, branches)
     delta = int(delta)
-    saved, skipped = [], []
+    skipped = []
     for layer, branch, comp in comps:
         W = comp.cc.window
         if delta % W == 0:
             raise ValueError(f"delta={delta} is invalid for layer {layer} (W={W}): allowed delta != 0 mod W")
-        maps, bias = _rollable(comp)
-        if not (maps or bias):
+        if not any(_rollable(comp)):
             skipped.append(f"{layer}.{branch}")
-        if not is_backend(model):
-            saved.append((comp, comp.gate_index.clone(), comp.b_Z.detach().clone() if hasattr(comp, "b_Z") else None))
     if len(skipped) == len(comps):
         raise ValueError(f"gate cycling changes nothing in {skipped}: uniform gates, or shared gate maps without "
                          "an offset bias, have no offset-specific gate parameters")
     if skipped:
         warnings.warn(f"gate cycling changes nothing in {skipped} (no offset-specific gate parameters)",
                       UserWarning, stacklevel=3)
-    if is_backend(model):  # edits of every call inside the block: nothing changes in place
-        from phaseinterp.backends import CycleGate  # only with a backend (nnsight) at hand
-
-        edits = [CycleGate(Unit("gate", layer, _branch_index(model, layer, branch)), delta)
-                 for layer, branch, comp in comps if any(_rollable(comp))]
-        with model.intervene(*edits):
-            yield
-        return
-    try:
-        with torch.no_grad():
-            for comp, index, bias in saved:
-                comp.gate_index.copy_(torch.roll(index, delta))
-                if bias is not None:  # each chunking's bias rows roll on their own
-                    rows = bias.view(comp.cc.chunkings, comp.cc.window, -1)
-                    comp.b_Z.copy_(torch.roll(rows, delta, dims=1).view_as(bias))
+    units = [Unit("gate", layer, _branch_index(backend, layer, branch))
+             for layer, branch, comp in comps if any(_rollable(comp))]
+    with backend.cycled_gates(units, delta):
         yield
-    finally:
-        with torch.no_grad():
-            for comp, index, bias in saved:
-                comp.gate_index.copy_(index)
-                if bias is not None:
-                    comp.b_Z.copy_(bias)
 
 
 def _branch_index(backend, layer: int, branch: str) -> int:

@@ -2,10 +2,10 @@
 or a whole layer) by a calibration mean, zero or a resampled activation, and map the relative
 accuracy change over (layer, unit, residue).
 
-One implementation for every model: our `HookedCompressedTransformer` (TransformerLens hooks, or
-the incremental final-position path), any backend (nnsight; `phaseinterp.backends`) and raw
-HuggingFace models (wrapped with `backend_for`). The runner (`interventions.runner`) is where
-they differ."""
+One implementation for every model: it talks to a backend (`phaseinterp.backends`; our
+`HookedCompressedTransformer` behind `HookedBackend`: TransformerLens hooks, or the incremental
+final-position path; HuggingFace models behind their nnsight backends). Which implementation
+runs is the backend's method, never a branch here."""
 
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ from torch import Tensor
 from phaseinterp.interventions.calibration import (REPLACEMENTS, SELF, Calibration, Positions, calibrate_cached,
                                                    check_calibration, check_positions, site_positions)
 from phaseinterp.interventions.checks import check_at_least_one
-from phaseinterp.interventions.incremental import FinalPositionRun
-from phaseinterp.interventions.runner import (UnitEdit, describe, final_logits, incremental_ok, is_backend,
-                                              model_device, run_units, runnable, unchanged_units, warn_unchanged)
+from phaseinterp.interventions.runner import UnitEdit, runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import CHANGES, accuracy_change
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
@@ -141,10 +139,10 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
     check_units(model, units)
     T = batch.tokens.shape[1]
     pos = check_positions(positions, T)
-    can_fast = pos == "final" and incremental_ok(model)
+    can_fast = pos == "final" and model.incremental_ok()
     if method == "incremental" and not can_fast:
         raise ValueError(f"method='incremental' needs positions='final' and our HookedCompressedTransformer without "
-                         f"hooks attached; got positions={positions!r} on {describe(model)} (allowed: method='hooks')")
+                         f"hooks attached; got positions={positions!r} on {model.describe()} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
     calib = _calibration(model, calibration, pos, replacement, max_rows)
     own = isinstance(calib, str)  # SELF: the batch calibrates itself, so its modulus and sites match
@@ -153,13 +151,13 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
                          f"allowed the batch's modulus {batch.modulus}")
     if not own and calib is not None and calib.z.shape[2] != site_positions(pos, batch.query_pos, T).shape[1]:
         raise ValueError("calibration sites do not match the batch's (positions='all' needs equal sequence lengths)")
-    run = FinalPositionRun(model, batch.tokens, batch.query_pos) if method == "incremental" else None
+    run = model.final_position_run(batch.tokens, batch.query_pos) if method == "incremental" else None
     if own:  # the evaluated rows' own clean z: free on the incremental path, one capture forward otherwise
         rows = (calibrate_cached(model, batch, pos, max_rows=max_rows) if run is None else
-                Calibration(torch.stack([run.base_z(m) for m in range(len(model.blocks))], 1)[:, :, None],
-                            batch.residue.to(model_device(model)), batch.modulus, pos))
+                Calibration(torch.stack([run.base_z(m) for m in range(model.cfg.n_layers)], 1)[:, :, None],
+                            batch.residue.to(model.device), batch.modulus, pos))
         calib = dataclasses.replace(rows, example_id=batch.example_id)
-    dev = model_device(model)
+    dev = model.device
     sites = site_positions(pos, batch.query_pos.to(dev), T)
     cfg = model.cfg
     zeros = lambda: torch.zeros(len(batch), sites.shape[1], cfg.n_heads, cfg.d_head, device=dev)  # noqa: E731
@@ -170,9 +168,9 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
         masks = torch.stack([u.mask(cfg, dev) for u in units])
         values = torch.stack([repl[u.layer][:, 0] for u in units])
         return run.logits, run.run_z([u.layer for u in units], masks, values, max_rows=max_rows), method
-    clean = final_logits(model, batch.tokens, batch.query_pos)
+    clean = model.final_logits(batch.tokens, batch.query_pos)
     edits = [knockout_edit(u, repl[u.layer], sites, cfg=cfg) for u in units]
-    return clean, run_units(model, batch.tokens, batch.query_pos, edits, max_rows=max_rows), method
+    return clean, model.run_units(batch.tokens, batch.query_pos, edits, max_rows=max_rows), method
 
 
 def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]
@@ -200,9 +198,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     calibration rows' final positions (the paper's protocol).
 
     Args:
-        model: our HookedCompressedTransformer (TransformerLens hooks; the incremental fast
-            path when it applies), a backend (`phaseinterp.backends`: `HookedBackend`,
-            `DeepseekV4Backend`, `HFCausalLMBackend`; edits through nnsight), or a raw
+        model: our HookedCompressedTransformer (run behind `HookedBackend`: TransformerLens
+            hooks, the incremental fast path when it applies), a backend (`phaseinterp.backends`:
+            `DeepseekV4Backend`, `HFCausalLMBackend`, ...: edits through nnsight), or a raw
             HuggingFace causal LM (wrapped with `backend_for`). Same protocol, same statistics.
         batch: evaluated prompts (PhaseBatch).
         calibration: disjoint calibration prompts (or a `Calibration`); not needed for "zero".
@@ -216,8 +214,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         per_residue: mean / resample within the row's residue.
         positions: "final" (default), "all" or absolute positions.
         layers: layers to scan (default all).
-        method: "auto", "incremental" (final position only, reuses the clean run; our model
-            only) or "hooks" (full forwards; on a backend always).
+        method: "auto", "incremental" (final position only, reuses the clean run; backends
+            with that path: `HookedBackend`) or "hooks" (full forwards; on the other backends always).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also
             drives resampling.
@@ -290,7 +288,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         meta={"label": label, "masked": mask_note,
               "intervention": {"kind": "knockout", "level": level, "replacement": replacement, "change": change,
                                                "per_residue": per_residue, "positions": positions, "method": used,
-                                               "engine": "nnsight" if is_backend(model) else "transformer_lens"},
+                                               "engine": model.engine},
               "model": model_config(model), "task": batch.meta,
               "calibration": ({"kind": SELF, "rule": "leave-one-example-out mean of the evaluated batch"}
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),

@@ -14,12 +14,11 @@ import warnings
 from typing import Sequence
 
 import numpy as np
-import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.interventions.checks import check_at_least_one
-from phaseinterp.interventions.runner import unchanged_units, warn_unchanged
+from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import by_residue, paired_cluster_bootstrap
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
@@ -31,33 +30,12 @@ from phaseinterp.units import check_layers
 POSITIONS = ("all", "final")
 
 
-def _zero_hook(query_pos: Tensor | None):
-    def hook(z: Tensor, hook) -> Tensor:
-        z = z.clone()
-        if query_pos is None:
-            z.zero_()
-        else:
-            z[torch.arange(len(z), device=z.device), query_pos.to(z.device)] = 0.0
-        return z
-
-    return hook
-
-
-@torch.no_grad()
 def branch_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
                   knockouts: Sequence[tuple[int, str]], *, positions: str = "all",
                   batch_size: int = 128) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"]]:
-    """(clean logits, logits with each (layer, branch) zeroed) at the query positions."""
-    rows = torch.arange(len(tokens))
-    clean, edited = [], [[] for _ in knockouts]
-    for start in range(0, len(tokens), batch_size):
-        t, q, r = tokens[start:start + batch_size], query_pos[start:start + batch_size], rows[:len(tokens[start:start + batch_size])]
-        clean.append(model(t)[r, q])
-        for i, (layer, branch) in enumerate(knockouts):
-            name = f"blocks.{layer}.attn.hook_z_{branch}"
-            out = model.run_with_hooks(t, fwd_hooks=[(name, _zero_hook(None if positions == "all" else q))])
-            edited[i].append(out[r, q])
-    return torch.cat(clean), torch.stack([torch.cat(e) for e in edited])
+    """(clean logits, logits with each (layer, branch) zeroed) at the query positions
+    (`NSABackend.branch_logits`)."""
+    return runnable(model).branch_logits(tokens, query_pos, knockouts, positions=positions, batch_size=batch_size)
 
 
 def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = None,
@@ -66,7 +44,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
     """Absolute accuracy change (pp) per (layer, branch, residue) when a branch output is zeroed.
 
     Args:
-        model: an `NSATransformer` (its `hook_z_compress|select|sliding` hook points).
+        model: an `NSATransformer` or its `NSABackend` (the `hook_z_compress|select|sliding` hook points).
         batch: the evaluated prompts (`RecordLookup(...).sample(...)`).
         layers: layers to knock out in (default all); branches: any of `BRANCHES`.
         positions: "all" (the branch removed from the layer) or "final" (query position only).
@@ -87,9 +65,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
         >>> m.dims, m.shape
         (('layer', 'branch', 'residue'), (2, 3, 4))
     """
-    if not getattr(model, "is_nsa", False):
-        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed an NSATransformer "
-                         "(phaseinterp.model.nsa); other models: knockout_map")
+    model = runnable(model)
     layer_ids = check_layers(layers, model.cfg.n_layers)
     branches = list(branches)
     for b in branches:
@@ -99,15 +75,10 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
         raise ValueError(f"positions={positions!r} is invalid: allowed one of {list(POSITIONS)}")
     check_at_least_one("n_boot", n_boot)
     check_at_least_one("batch_size", batch_size)
-    device = next(model.parameters()).device
+    device = model.device
     knockouts = [(layer, b) for layer in layer_ids for b in branches]
-    was_training = model.training
-    model.eval()
-    try:
-        clean_logits, ko_logits = branch_logits(model, batch.tokens.to(device), batch.query_pos.to(device), knockouts,
-                                                positions=positions, batch_size=batch_size)
-    finally:
-        model.train(was_training)
+    clean_logits, ko_logits = model.branch_logits(batch.tokens.to(device), batch.query_pos.to(device), knockouts,
+                                                  positions=positions, batch_size=batch_size)
     warn_unchanged([f"L{layer}.{b}" for layer, b in (knockouts[i] for i in unchanged_units(ko_logits, clean_logits))],
                    f"branch knockout (zero, positions={positions})")
     answers = batch.answers.to(device)

@@ -1,10 +1,9 @@
 """Gate overrides through hooks: uniform, one-hot on an offset, or a user tensor, on gate weights
 (`hook_gate`) or gate logits (`hook_gate_logits`), for chosen layers, branches and KV heads.
 
-The same hooks run on our model (TransformerLens) and on a backend (HookedBackend, HF
-DeepSeek-V4: the runner turns them into edits of one traced forward); `compressors` describes the
-gates of either (our `Compressor` modules, or the backend's `Compression` descriptions: both
-carry `.cc` and `.kind`)."""
+The hooks run on a backend (`backend.hooks`: TransformerLens hooks on our model behind
+`HookedBackend`, edits of each traced forward on HF DeepSeek-V4); `compressors` describes its
+gates (the backend's `Compression` descriptions: `.cc` and `.kind`, as our `Compressor` modules)."""
 
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from phaseinterp.interventions.runner import hooked
-from phaseinterp.measure.sweep import is_backend
-from phaseinterp.model.compressor import Compressor, slot_positions
+from phaseinterp.interventions.runner import runnable
+from phaseinterp.model.compressor import slot_positions
 
 BRANCH_NAMES = {"compress_k": "key", "compress_v": "value", "compress_kv": "kv"}
 OVERRIDES = ("uniform", "one_hot", "tensor")
@@ -27,13 +25,11 @@ TARGETS = ("weights", "logits")
 
 def compressors(model, layers: Sequence[int] | None = None, branches: Sequence[str] | None = None
                 ) -> list[tuple[int, str, Any]]:
-    """(layer, branch, module) of every compression branch, filtered by layer and branch name
-    ("key", "value", "kv"): our model's `Compressor` modules, or on a backend its `Compression`
-    descriptions (`backend.compression(layer, branch)`; the same `.cc` and `.kind`). Raises
-    ValueError for unknown layers or branches, or when none match."""
-    if not is_backend(model) and not hasattr(model, "blocks"):
-        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a HookedCompressedTransformer or a "
-                         "backend with gates (wrap a HF DeepSeek-V4 model: phaseinterp.backends.backend_for(model))")
+    """(layer, branch, description) of every compression branch, filtered by layer and branch name
+    ("key", "value", "kv"): the backend's `Compression` descriptions (`backend.compression(layer,
+    branch)`; `.cc` and `.kind`, as our `Compressor` modules). Raises ValueError for unknown
+    layers or branches, or when none match."""
+    model = runnable(model)
     allowed = set(BRANCH_NAMES.values())
     if branches is not None:
         bad = [b for b in branches if b not in allowed]
@@ -49,23 +45,28 @@ def compressors(model, layers: Sequence[int] | None = None, branches: Sequence[s
     for layer in range(n):
         if wanted is not None and layer not in wanted:
             continue
-        for index, (attr, comp) in enumerate(_branches(model, layer)):
+        for index, attr in enumerate(model.compressor_names(layer)):
             name = BRANCH_NAMES[attr]
             if branches is None or name in branches:
-                out.append((layer, name, comp if comp is not None else model.compression(layer, index)))
+                out.append((layer, name, model.compression(layer, index)))
     if not out:
-        compressed = [l for l in range(n) if _branches(model, l)]
+        compressed = [l for l in range(n) if model.compressor_names(l)]
         raise ValueError(f"no compression branch matches layers={layers}, branches={branches} "
                          f"(compressed layers: {compressed})")
     return out
 
 
-def _branches(model, layer: int) -> list[tuple[str, Compressor | None]]:
-    """(hook-name prefix, module or None on a backend) of each compressor branch of `layer`."""
-    if is_backend(model):
-        return [(f"compress_{b}", None) for b in model.cfg.gate_branches[layer]]
-    attn = model.blocks[layer].attn
-    return [(attr, getattr(attn, attr)) for attr in BRANCH_NAMES if getattr(attn, attr, None) is not None]
+def block_backend(model):
+    """The backend of a context manager that changes every call inside its block (`gate_override`,
+    `cycled_gates`): a backend, or a model whose backend edits the module itself (our model:
+    hooks, parameters); a raw model whose backend's edits would live only in a throwaway backend
+    raises ValueError."""
+    backend = runnable(model)
+    if backend is not model and not backend.edits_reach_module:
+        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a HookedCompressedTransformer or a "
+                         "backend with gates (wrap it once, backend = phaseinterp.backends.backend_for(model), and "
+                         "run the block's calls on the backend)")
+    return backend
 
 
 def _valid_slots(comp, n_entries: int, device) -> Tensor:
@@ -84,7 +85,7 @@ def override_values(comp, act: Float[Tensor, "batch entry offset *channels"], ki
     0 there, -inf elsewhere; entries where that slot is invalid are left alone); "tensor":
     `tensor` broadcast to the activation's shape (e.g. [offset] or [offset, kv_head]), with the
     slots before position 0 kept masked (weight 0, renormalized over the valid slots; logit -inf).
-    `comp`: our `Compressor` or a backend's `Compression` (its `.cc` gives W and the slots).
+    `comp`: a backend's `Compression` or our `Compressor` (its `.cc` gives W and the slots).
     """
     if kind not in OVERRIDES:
         raise ValueError(f"override={kind!r} is invalid: allowed one of {list(OVERRIDES)}")
@@ -192,7 +193,8 @@ def gate_override(model, kind: str = "uniform", **kwargs: Any) -> Iterator[None]
         4
     """
     record = {"changed": False}
-    with hooked(model, gate_override_hooks(model, kind, record=record, **kwargs)):
+    backend = block_backend(model)
+    with backend.hooks(gate_override_hooks(backend, kind, record=record, **kwargs)):
         yield
     if not record["changed"]:
         warnings.warn(f"gate override {kind!r} changed no gate value (the gates already had these values, "

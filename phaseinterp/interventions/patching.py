@@ -13,10 +13,10 @@ Units: head outputs `z` ("z", grouped by `level`), the residual stream entering 
 position ("resid"), one KV head's compressed entries of one branch ("entries") and its gate
 weights ("gates").
 
-One implementation for our model (TransformerLens hooks; the incremental path at the final
-position), any backend (nnsight) and raw HuggingFace models (wrapped with `backend_for`);
-"resid" needs our model's `hook_resid_pre`, the other units run everywhere the sites exist
-(entries and gates: models with compressors)."""
+One implementation, on a backend (our model behind `HookedBackend`: TransformerLens hooks, the
+incremental path at the final position; HuggingFace models behind their nnsight backends, raw
+ones wrapped with `backend_for`); "resid" needs a backend with `hook_resid_pre` (our model's),
+the other units run everywhere the sites exist (entries and gates: models with compressors)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,9 @@ from torch import Tensor
 
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.checks import check_at_least_one, check_position
-from phaseinterp.interventions.incremental import FinalPositionRun
 from phaseinterp.interventions.knockout import is_correct, knockout_edit, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
-from phaseinterp.interventions.runner import (capture, compressor_names, describe, final_logits, incremental_ok,
-                                              is_backend, model_device, run_units, runnable, unchanged_units,
-                                              warn_unchanged)
+from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import accuracy_change, by_residue
 from phaseinterp.units import check_layers, check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
@@ -99,8 +96,8 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
     difference restored.
 
     Args:
-        model: our HookedCompressedTransformer, a backend (`phaseinterp.backends`, edits through
-            nnsight) or a raw HuggingFace causal LM (wrapped with `backend_for`).
+        model: our HookedCompressedTransformer (behind `HookedBackend`), a backend
+            (`phaseinterp.backends`) or a raw HuggingFace causal LM (wrapped with `backend_for`).
         pair: clean/corrupt prompts (`phase_swap`, `mapping_swap`, `Pairing.custom`).
         unit: "z" (head outputs, grouped by `level` = "head", "kv_head" or "layer"), "resid"
             (residual stream entering each layer, one unit per site in `positions`), "entries"
@@ -112,7 +109,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         layers: layers to scan (default all; compressed layers only for entries and gates).
         method: "auto" (z / resid at the final position on our model reuse the corrupt run,
             recomputing only that position; otherwise batched hook forwards), "incremental" or
-            "hooks" (always on a backend).
+            "hooks" (always on backends without the final-position path).
         rel_min: for the normalized metric, residues whose mean clean-corrupt gap is under
             `rel_min` x the metric's scale (largest per-residue mean |logit difference| of clean,
             corrupt or their gap) are nan (masked with that reason when change="normalized").
@@ -151,14 +148,14 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         raise ValueError(f"change={change!r} is invalid: allowed one of {list(PATCH_CHANGES)}")
     check_at_least_one("n_boot", n_boot)
     layer_ids, positions, fast = _check_patching(model, pair, unit, level, positions, layers, method, rel_min, max_rows)
-    clean_logits = final_logits(model, pair.clean.tokens, pair.clean.query_pos)
+    clean_logits = model.final_logits(pair.clean.tokens, pair.clean.query_pos)
     layout, labels, present, patched, corrupt_logits = _patched_logits(model, pair, unit, level, positions, layer_ids,
                                                                        fast, max_rows)
     warn_unchanged([labels[i] for i in unchanged_units(patched, corrupt_logits)], f"patching {unit}")
     return _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
                          {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
                           "positions": positions, "method": "incremental" if fast else "hooks",
-                          "engine": "nnsight" if is_backend(model) else "transformer_lens",
+                          "engine": model.engine,
                           "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min, "change": change},
                          {"change": change, "n_boot": n_boot, "confidence": confidence, "seed": seed})
 
@@ -168,8 +165,8 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
     """(layers, positions, use the incremental path) after every argument check, before any forward."""
     if unit not in UNITS:
         raise ValueError(f"unit={unit!r} is invalid: allowed one of {list(UNITS)}")
-    if unit == "resid" and is_backend(model):
-        raise ValueError(f"unit='resid' is invalid on {describe(model)} (it has no hook_resid_pre): allowed "
+    if unit == "resid" and "blocks.0.hook_resid_pre" not in model.hook_names():
+        raise ValueError(f"unit='resid' is invalid on {model.describe()} (it has no hook_resid_pre): allowed "
                          f"{[u for u in UNITS if u != 'resid']}; 'resid' needs our HookedCompressedTransformer")
     if method not in ("auto", "incremental", "hooks"):
         raise ValueError(f"method={method!r} is invalid: allowed 'auto', 'incremental' or 'hooks'")
@@ -184,12 +181,12 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
         positions = [positions] if isinstance(positions, (str, int)) else list(positions)
         for site in positions:
             _row_sites(pair, site, T)
-    fast_ok = incremental_ok(model) and ((unit == "z" and positions == "final")
+    fast_ok = model.incremental_ok() and ((unit == "z" and positions == "final")
                                          or (unit == "resid" and list(positions) == ["final"]))
     if method == "incremental" and not fast_ok:
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
                          f"the 'final' site only, on our HookedCompressedTransformer without hooks; got unit={unit!r}, "
-                         f"positions={positions!r} on {describe(model)} (allowed: method='hooks')")
+                         f"positions={positions!r} on {model.describe()} (allowed: method='hooks')")
     if unit == "z":
         check_level(level)
         check_positions(positions, T)
@@ -210,10 +207,10 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
         labels = [f"{l}.{s}" for l in layer_ids for s in positions]
         layout = (("layer", "position"), {"layer": layer_ids, "position": list(positions)})
     if fast:  # z or resid at the final position: recompute only that position of the corrupt run
-        run = FinalPositionRun(model, corrupt.tokens, corrupt.query_pos)
+        run = model.final_position_run(corrupt.tokens, corrupt.query_pos)
         src = capture_final(model, clean, unit, layer_ids)
         if unit == "z":
-            masks = torch.stack([u.mask(cfg, model_device(model)) for u in units])
+            masks = torch.stack([u.mask(cfg, model.device) for u in units])
             patched = run.run_z([u.layer for u in units], masks, torch.stack([src[u.layer] for u in units]),
                                 max_rows=max_rows)
         else:
@@ -225,8 +222,8 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
         edits = _resid_edits(model, pair, positions, layer_ids)
     else:
         layout, labels, present, edits = _branch_edits(model, clean, unit, layer_ids)
-    patched = run_units(model, corrupt.tokens, corrupt.query_pos, edits, max_rows=max_rows)
-    return layout, labels, present, patched, final_logits(model, corrupt.tokens, corrupt.query_pos)
+    patched = model.run_units(corrupt.tokens, corrupt.query_pos, edits, max_rows=max_rows)
+    return layout, labels, present, patched, model.final_logits(corrupt.tokens, corrupt.query_pos)
 
 
 def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Tensor, patched: Tensor, layout: tuple,
@@ -288,19 +285,19 @@ def _cells(per_unit: np.ndarray, shape: tuple, present: list | None) -> np.ndarr
 
 def _z_edits(model, pair: Pairing, units, positions, layer_ids) -> list:
     """Hook edits writing clean head outputs into the corrupt run at the sites (aligned)."""
-    T, dev = pair.clean.tokens.shape[1], model_device(model)
+    T, dev = pair.clean.tokens.shape[1], model.device
     pos = check_positions(positions, T)
     sites = site_positions(pos, pair.corrupt.query_pos, T)
     src_sites = pair.align.gather(1, sites) if pos != "final" else pair.clean.query_pos[:, None]
-    acts = capture(model, pair.clean.tokens, [f"blocks.{l}.attn.hook_z" for l in layer_ids], src_sites.to(dev))
+    acts = model.capture(pair.clean.tokens, [f"blocks.{l}.attn.hook_z" for l in layer_ids], src_sites.to(dev))
     src = {l: acts[f"blocks.{l}.attn.hook_z"] for l in layer_ids}
     return [knockout_edit(u, src[u.layer], sites, cfg=model.cfg) for u in units]
 
 
 def _resid_edits(model, pair: Pairing, sites, layer_ids) -> list:
     """Hook edits writing the clean residual stream at each (layer, site) into the corrupt run."""
-    T, dev = pair.clean.tokens.shape[1], model_device(model)
-    acts = capture(model, pair.clean.tokens, [f"blocks.{l}.hook_resid_pre" for l in layer_ids])
+    T, dev = pair.clean.tokens.shape[1], model.device
+    acts = model.capture(pair.clean.tokens, [f"blocks.{l}.hook_resid_pre" for l in layer_ids])
     rows = torch.arange(len(pair), device=dev)
     edits = []
     for l in layer_ids:
@@ -314,10 +311,10 @@ def _resid_edits(model, pair: Pairing, sites, layer_ids) -> list:
 def _branch_edits(model, clean, unit: str, layer_ids) -> tuple:
     """(layout, labels, cell index per unit, hook edits) for entries / gates of each compressed
     layer, branch and KV head."""
-    comp = [(l, name) for l in layer_ids for name in compressor_names(model, l)]
+    comp = [(l, name) for l in layer_ids for name in model.compressor_names(l)]
     if not comp:
         raise ValueError(f"unit={unit!r} needs compressed layers; layers {layer_ids} have none "
-                         f"(allowed: unit='z' on {describe(model)})")
+                         f"(allowed: unit='z' on {model.describe()})")
     K = model.cfg.n_kv_heads
     comp_layers = sorted({l for l, _ in comp})
     branches = [b for b in BRANCHES if any(n == b for _, n in comp)]
@@ -325,7 +322,7 @@ def _branch_edits(model, clean, unit: str, layer_ids) -> tuple:
                                                "kv_head": list(range(K))})
     hook = "hook_out" if unit == "entries" else "hook_gate"
     names = [f"blocks.{l}.attn.{b}.{hook}" for l, b in comp]
-    acts = capture(model, clean.tokens, names)
+    acts = model.capture(clean.tokens, names)
     labels, present, edits = [], [], []
     for (l, b), name in zip(comp, names):
         for h in range(K):
@@ -338,9 +335,9 @@ def _branch_edits(model, clean, unit: str, layer_ids) -> tuple:
 def capture_final(model, batch, unit: str, layers: Sequence[int]) -> dict[int, Tensor]:
     """Per layer, the clean z [batch, head, d] ("z") or resid_pre [batch, d_model] ("resid") at
     each row's query position."""
-    dev = model_device(model)
+    dev = model.device
     hook = "attn.hook_z" if unit == "z" else "hook_resid_pre"
-    acts = capture(model, batch.tokens, [f"blocks.{l}.{hook}" for l in layers], batch.query_pos.to(dev)[:, None])
+    acts = model.capture(batch.tokens, [f"blocks.{l}.{hook}" for l in layers], batch.query_pos.to(dev)[:, None])
     return {l: acts[f"blocks.{l}.{hook}"][:, 0] for l in layers}
 
 

@@ -55,8 +55,9 @@ def jsonable(obj: Any) -> Any:
 
 
 def model_config(model: Any) -> dict[str, Any] | None:
-    """The model's `cfg` as a JSON-safe dict (None when it has none)."""
-    cfg = getattr(model, "cfg", None)
+    """The model's `cfg` as a JSON-safe dict (None when it has none); a backend's `recorded_cfg`
+    (our model's and NSA's own config, a HF backend's `BackendConfig`)."""
+    cfg = getattr(model, "recorded_cfg", None) or getattr(model, "cfg", None)
     if cfg is None:
         return None
     if dataclasses.is_dataclass(cfg):

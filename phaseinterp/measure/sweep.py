@@ -1,14 +1,13 @@
 """`phase_sweep`: run a model (any tokens -> logits callable) over a PhaseBatch and score it.
 
-`resolve_model` is the one place where a model becomes what the experiments run on: our
-`HookedCompressedTransformer` as is (TransformerLens hooks, incremental fast paths), a backend
-(`phaseinterp.backends`) as is, a raw HuggingFace model wrapped with `backends.backend_for`.
-`phase_sweep` and every intervention (`phaseinterp.interventions`) call it first."""
+A model goes through `phaseinterp.backends.resolve_model` first, the one place where a model
+becomes what the experiments run on: a backend (our `HookedCompressedTransformer` behind
+`HookedBackend`, a raw HuggingFace model behind its backend), which computes the logits at the
+query positions (`Backend.sweep_logits`); any other tokens -> logits callable is scored as is."""
 
 from __future__ import annotations
 
 import math
-import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -25,50 +24,12 @@ from phaseinterp.tasks import PhaseBatch
 Model = Callable[[Int[Tensor, "batch pos"]], Any]
 
 
-def is_backend(model: Any) -> bool:
-    """Whether `model` is a `phaseinterp.backends.Backend` (without importing nnsight when no
-    backend was ever built)."""
-    base = sys.modules.get("phaseinterp.backends.base")
-    return base is not None and isinstance(model, base.Backend)
+def _resolve(model: Any) -> Any:
+    """`phaseinterp.backends.resolve_model`, imported on first use (scoring a plain callable or a
+    precomputed tensor needs no backend library)."""
+    from phaseinterp.backends.resolve import resolve_model
 
-
-def is_hf_model(model: Any) -> bool:
-    """A HuggingFace model (an `nn.Module` with a `config` that has a `model_type`), not ours."""
-    from phaseinterp.model import HookedCompressedTransformer
-
-    return (isinstance(model, torch.nn.Module) and not isinstance(model, HookedCompressedTransformer)
-            and hasattr(getattr(model, "config", None), "model_type"))
-
-
-def resolve_model(model: Any, *, require: bool = False) -> Any:
-    """What an experiment runs on, decided here and nowhere else.
-
-    - our `HookedCompressedTransformer`: returned as is (TransformerLens hooks; the interventions
-      use their incremental final-position fast paths on it);
-    - a backend (`HookedBackend`, `DeepseekV4Backend`, `HFCausalLMBackend`): returned as is
-      (edits through nnsight; pass `backend_for(model)` to run our model that way);
-    - a raw HuggingFace model: wrapped with `phaseinterp.backends.backend_for`;
-    - anything else: returned as is (`phase_sweep` scores any tokens -> logits callable), or, with
-      `require=True` (interventions), a ValueError naming the type and what is allowed.
-
-    Example:
-        >>> from phaseinterp import HookedCompressedTransformer, preset
-        >>> m = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0)
-        >>> resolve_model(m) is m
-        True
-    """
-    from phaseinterp.model import HookedCompressedTransformer
-
-    if isinstance(model, HookedCompressedTransformer) or is_backend(model):
-        return model
-    if is_hf_model(model):
-        from phaseinterp.backends import backend_for
-
-        return backend_for(model)
-    if require:
-        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a HookedCompressedTransformer, "
-                         "a phaseinterp.backends Backend, or a HuggingFace causal LM (an nn.Module with a .config)")
-    return model
+    return resolve_model(model)
 
 
 def model_period(model: Any) -> int | None:
@@ -113,14 +74,14 @@ def forward_logits(model: Model, tokens: Int[Tensor, "batch pos"]) -> Float[Tens
 def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
                      device: torch.device | str | None = None, progress: bool = True) -> Bool[Tensor, " batch"]:
     """Top-1 correctness per row: the argmax over the full vocabulary of the next-token logits
-    at `query_pos` is one of `answers`. Rows that share a prompt (several queries) share one
-    forward pass within a minibatch. An object with `final_logits(tokens, query_pos)` (every
-    backend) is asked for the logits at the query positions only (HF: `logits_to_keep`, and
-    chunked prefill with `prefill_chunk`): no [batch, pos, vocab] tensor for long contexts.
+    at `query_pos` is one of `answers`. A backend computes those logits (`Backend.sweep_logits`:
+    our model and NSA one full forward per distinct prompt, HF backends the query positions
+    only with `logits_to_keep`, and chunked prefill with `prefill_chunk`); for a plain callable,
+    rows that share a prompt (several queries) share one forward pass within a minibatch.
 
     Args:
-        model: tokens [batch, pos] -> logits [batch, pos, vocab] (or an object with `.logits`),
-            or an object with `final_logits` (a backend; a raw HF model is wrapped first).
+        model: our model, NSA or a raw HF model (each run through its backend), a backend, or any
+            tokens [batch, pos] -> logits [batch, pos, vocab] callable (or an object with `.logits`).
         batch: the prompts.
         batch_size: rows per forward pass, >= 1.
         device: where to run (default: the device of the model's parameters, else CPU).
@@ -131,16 +92,16 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} out of range [1, inf)")
-    model = resolve_model(model)
+    model = _resolve(model)
     dev = _device(model, device)
     out = []
-    final = getattr(model, "final_logits", None)
-    with eval_mode(model):
+    sweep = getattr(model, "sweep_logits", None)  # every backend has it
+    with eval_mode(getattr(model, "model", model)):  # a backend's module, else the callable
         bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
                    disable=not progress, desc="phase sweep", unit="batch")
         for mb in bar:
-            if final is not None:  # backends: logits at the query positions only
-                pred = final(mb.tokens, mb.query_pos).argmax(-1).cpu()
+            if sweep is not None:
+                pred = sweep(mb.tokens, mb.query_pos, mb.prompt_id).argmax(-1).cpu()
                 out.append((pred[:, None] == mb.answers).any(1))
                 continue
             uniq, inverse = torch.unique(mb.prompt_id, return_inverse=True)
@@ -188,15 +149,15 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
                              f"got {model.dtype} {tuple(model.shape)}")
         correct, info = model, {"model": "precomputed correct"}
     else:
-        model = resolve_model(model)
+        model = _resolve(model)
         correct = evaluate_correct(model, batch, batch_size=batch_size, device=device, progress=progress)
         s = model_period(model)
         if period is None and s is not None and batch.modulus % s == 0:
             period = s
         info = {"model": model_config(model) or type(model).__name__}
-        if is_backend(model):
-            info["logits"] = {"positions": "query positions only",
-                              "prefill_chunk": getattr(model, "prefill_chunk", None)}
+        how = model.sweep_info() if hasattr(model, "sweep_info") else None
+        if how is not None:  # logits at the query positions only (None: full forwards)
+            info["logits"] = how
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
     return PhaseCurve.from_correct(correct, batch, period=period, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})

@@ -7,6 +7,9 @@ its compressed entries, except the entry whose window ends exactly at t (it cont
 visible to t, and is rebuilt from the base layer inputs of its window plus the new input at t).
 Entries ending after t are invisible to t. The result equals a full forward with the same edit
 (tested against the hook path); many units run together as one batched computation.
+
+Part of `HookedBackend` (our model's fast path): interventions reach it through
+`backend.final_position_run(tokens, query_pos)`, never directly.
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from phaseinterp.interventions.checks import check_at_least_one
-from phaseinterp.interventions.runner import final_logits, has_hooks, model_device
+from phaseinterp.backends.tl_hooks import final_logits, has_hooks, model_device
 from phaseinterp.model import joint_attention as joint
 from phaseinterp.units import check_layers
 
@@ -155,7 +157,8 @@ class FinalPositionRun:
         if len(layers) != values.shape[0]:
             raise ValueError(f"{len(layers)} layers for {values.shape[0]} units of values")
         check_layers(layers, n_layers)
-        check_at_least_one("max_rows", max_rows)
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+            raise ValueError(f"max_rows={max_rows!r} out of range: must be an integer >= 1")
         values = values.to(self.logits.device)
         out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
         per = max(1, max_rows // len(self.query_pos))
