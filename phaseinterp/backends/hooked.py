@@ -165,7 +165,7 @@ def _leaf(x: Tensor, hook) -> Tensor:
     return x.detach().requires_grad_(True)
 
 
-class HookedBackend(HookedNNsightBackend):
+class HookedBackend(tl_hooks.OwnModelSweep, HookedNNsightBackend):
     """Backend for `HookedCompressedTransformer`: the engine's primitives through TransformerLens
     hooks on the model (any of its hook names, `model.hook_dict`), the incremental final-position
     path, gate cycling in place; edits of enclosing `intervene` blocks run through nnsight.
@@ -182,10 +182,6 @@ class HookedBackend(HookedNNsightBackend):
 
     engine = "transformer_lens"
     edits_reach_module = True
-
-    @property
-    def recorded_cfg(self):
-        return self.model.cfg
 
     def hook_names(self) -> list[str]:
         return list(self.model.hook_dict)
@@ -258,11 +254,3 @@ class HookedBackend(HookedNNsightBackend):
                     if bias is not None:
                         comp.b_Z.copy_(bias)
 
-    def sweep_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
-                     prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
-        if self._active:
-            return super().sweep_logits(tokens, query_pos, prompt_id)
-        return tl_hooks.prompt_logits(self.model, tokens, query_pos, prompt_id)
-
-    def sweep_info(self) -> dict | None:
-        return None

@@ -45,7 +45,7 @@ def _zero_hook(query_pos: Tensor | None):
     return hook
 
 
-class NSABackend(Backend):
+class NSABackend(tl_hooks.OwnModelSweep, Backend):
     """Backend for `phaseinterp.model.nsa.NSATransformer` (head and layer units)."""
 
     def __init__(self, model) -> None:
@@ -61,18 +61,6 @@ class NSABackend(Backend):
         super().__init__(model, cfg)
         model.train(training)  # no dropout: the caller's flag stays (a trainer's sweep must not flip it)
 
-    @property
-    def recorded_cfg(self):
-        return self.model.cfg
-
-    def sweep_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
-                     prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
-        if self._active:
-            return super().sweep_logits(tokens, query_pos, prompt_id)
-        return tl_hooks.prompt_logits(self.model, tokens, query_pos, prompt_id)
-
-    def sweep_info(self) -> dict | None:
-        return None
 
     @torch.no_grad()
     def branch_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],

@@ -126,3 +126,22 @@ def prompt_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor
         0, inverse, torch.arange(len(tokens)), reduce="amin")
     logits = model(tokens[first].to(dev))
     return logits[inverse.to(dev), query_pos.to(dev)]
+
+
+class OwnModelSweep:
+    """Mixed into the backends of our own models (`HookedBackend`, `NSABackend`): the phase sweep
+    runs one plain forward per prompt (`prompt_logits`, the numbers the shipped curves were made
+    with) unless an `intervene` block is open, and results record the model's own config."""
+
+    @property
+    def recorded_cfg(self):
+        return self.model.cfg
+
+    def sweep_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
+                     prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
+        if self._active:
+            return super().sweep_logits(tokens, query_pos, prompt_id)
+        return prompt_logits(self.model, tokens, query_pos, prompt_id)
+
+    def sweep_info(self) -> dict | None:
+        return None
