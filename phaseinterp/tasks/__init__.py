@@ -1,6 +1,17 @@
 """Phase-stratified needle-in-a-haystack tasks, built at the token level (see docs/tasks.md)."""
 
+from typing import TYPE_CHECKING
+
 from phaseinterp._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
+    from phaseinterp.tasks.batch import PhaseBatch
+    from phaseinterp.tasks.induction import induction_batch, induction_final_batch
+    from phaseinterp.tasks.layout import Geometry, MatchedTargets, default_modulus
+    from phaseinterp.tasks.names import PROTOCOLS, SPLITS, VARIANTS
+    from phaseinterp.tasks.pools import TokenPools
+    from phaseinterp.tasks.record_lookup import RecordLookup
+    from phaseinterp.tasks.text import TASKS, TextRecordLookup
 
 _EXPORTS = {
     **dict.fromkeys(('PhaseBatch',), "batch"),
@@ -12,4 +23,5 @@ _EXPORTS = {
     **dict.fromkeys(('TextRecordLookup', 'TASKS'), "text"),
 }
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+if not TYPE_CHECKING:  # a type checker reads the imports above: an unknown name is an error there too
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

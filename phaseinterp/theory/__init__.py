@@ -14,7 +14,21 @@ Example:
     True
 """
 
+from typing import TYPE_CHECKING
+
 from phaseinterp._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
+    from phaseinterp.theory.config import FlowConfig, TheoryConfig
+    from phaseinterp.theory.diagnostics import (
+        Evaluation, best_coverage, evaluate, expected_random_coverage, gate_stats, head_table, phase_accuracy)
+    from phaseinterp.theory.experiments import Experiment, run_optimum, run_seeds, run_sweep, run_trajectory
+    from phaseinterp.theory.flow import FlowResult, flow_field, init_table, integrate
+    from phaseinterp.theory.model import (
+        candidate_logits, gate_probs, gate_table, gated_loss, query_losses, static_loss_mc)
+    from phaseinterp.theory.optimum import (
+        exact_static_loss, optimize_static_rules, static_rule_survey, theorem1_loss, theorem1_rules)
+    from phaseinterp.theory.task import RunData, build_runs, make_embeddings, near_equiangular_gram, sample_contexts
 
 _EXPORTS = {
     **dict.fromkeys(('FlowConfig', 'TheoryConfig'), "config"),
@@ -26,4 +40,5 @@ _EXPORTS = {
     **dict.fromkeys(('RunData', 'build_runs', 'make_embeddings', 'near_equiangular_gram', 'sample_contexts'), "task"),
 }
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+if not TYPE_CHECKING:  # a type checker reads the imports above: an unknown name is an error there too
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
