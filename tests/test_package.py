@@ -59,3 +59,13 @@ def test_wheel_ships_license_and_type_information(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"phaseinterp/py.typed", "phaseinterp/__init__.pyi"} <= names, sorted(names)[:20]
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), [n for n in names if "dist-info" in n]
+
+
+def test_ruff_finds_nothing_and_ci_pins_the_same_ruff():
+    pin = next(d for d in PYPROJECT["project"]["optional-dependencies"]["test"] if d.startswith("ruff=="))
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"pip install -q {pin}" in ci and "ruff check ." in ci
+    assert ci.index("ruff check .") < ci.index("pytest")
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", "."],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr

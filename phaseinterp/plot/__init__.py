@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING
 from phaseinterp._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
-    from phaseinterp.plot.curves import INTERVALS, phase_figure, zoo_figure
-    from phaseinterp.plot.flip import flip_figure
-    from phaseinterp.plot.html import PLOTLY_JS, save_html
+    from phaseinterp.plot.curves import INTERVALS as INTERVALS, phase_figure as phase_figure, zoo_figure as zoo_figure
+    from phaseinterp.plot.flip import flip_figure as flip_figure
+    from phaseinterp.plot.html import PLOTLY_JS as PLOTLY_JS, save_html as save_html
     from phaseinterp.plot.maps import (
-        attribution_scatter, cycling_figure, gate_attribution_figure, gate_dynamics_figure, gate_plane_figure,
-        gate_profile_figure, map_figure)
-    from phaseinterp.plot.mitigations import memory_figure
-    from phaseinterp.plot.pretrained import phase_rows_figure
+        attribution_scatter as attribution_scatter, cycling_figure as cycling_figure,
+        gate_attribution_figure as gate_attribution_figure, gate_dynamics_figure as gate_dynamics_figure,
+        gate_plane_figure as gate_plane_figure, gate_profile_figure as gate_profile_figure, map_figure as map_figure)
+    from phaseinterp.plot.mitigations import memory_figure as memory_figure
+    from phaseinterp.plot.pretrained import phase_rows_figure as phase_rows_figure
 
 _EXPORTS = {
     **dict.fromkeys(("INTERVALS", "phase_figure", "zoo_figure"), "curves"),

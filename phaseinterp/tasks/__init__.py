@@ -5,13 +5,15 @@ from typing import TYPE_CHECKING
 from phaseinterp._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
-    from phaseinterp.tasks.batch import PhaseBatch
-    from phaseinterp.tasks.induction import induction_batch, induction_final_batch
-    from phaseinterp.tasks.layout import Geometry, MatchedTargets, default_modulus
-    from phaseinterp.tasks.names import PROTOCOLS, SPLITS, VARIANTS
-    from phaseinterp.tasks.pools import TokenPools
-    from phaseinterp.tasks.record_lookup import RecordLookup
-    from phaseinterp.tasks.text import TASKS, TextRecordLookup
+    from phaseinterp.tasks.batch import PhaseBatch as PhaseBatch
+    from phaseinterp.tasks.induction import (
+        induction_batch as induction_batch, induction_final_batch as induction_final_batch)
+    from phaseinterp.tasks.layout import (
+        Geometry as Geometry, MatchedTargets as MatchedTargets, default_modulus as default_modulus)
+    from phaseinterp.tasks.names import PROTOCOLS as PROTOCOLS, SPLITS as SPLITS, VARIANTS as VARIANTS
+    from phaseinterp.tasks.pools import TokenPools as TokenPools
+    from phaseinterp.tasks.record_lookup import RecordLookup as RecordLookup
+    from phaseinterp.tasks.text import TASKS as TASKS, TextRecordLookup as TextRecordLookup
 
 _EXPORTS = {
     **dict.fromkeys(('PhaseBatch',), "batch"),

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 from phaseinterp._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
-    from phaseinterp.train.config import TrainConfig
-    from phaseinterp.train.data import Mixture, TrainBatch, make_batch
-    from phaseinterp.train.loop import TrainResult, train
-    from phaseinterp.train.recipes import RECIPES, recipe
-    from phaseinterp.train.state import latest_checkpoint, list_checkpoints, load_checkpoint_for_resume, save_checkpoint
+    from phaseinterp.train.config import TrainConfig as TrainConfig
+    from phaseinterp.train.data import Mixture as Mixture, TrainBatch as TrainBatch, make_batch as make_batch
+    from phaseinterp.train.loop import TrainResult as TrainResult, train as train
+    from phaseinterp.train.recipes import RECIPES as RECIPES, recipe as recipe
+    from phaseinterp.train.state import (
+        latest_checkpoint as latest_checkpoint, list_checkpoints as list_checkpoints,
+        load_checkpoint_for_resume as load_checkpoint_for_resume, save_checkpoint as save_checkpoint)
 
 _EXPORTS = {
     **dict.fromkeys(('TrainConfig',), "config"),

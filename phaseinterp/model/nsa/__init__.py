@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 from phaseinterp._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
-    from phaseinterp.model.nsa.attention import BRANCHES, NSAAttention, require_nsa
-    from phaseinterp.model.nsa.config import NSAConfig
-    from phaseinterp.model.nsa.transformer import NSATransformer
+    from phaseinterp.model.nsa.attention import (
+        BRANCHES as BRANCHES, NSAAttention as NSAAttention, require_nsa as require_nsa)
+    from phaseinterp.model.nsa.config import NSAConfig as NSAConfig
+    from phaseinterp.model.nsa.transformer import NSATransformer as NSATransformer
 
 _EXPORTS = {
     "NSAConfig": "config",
