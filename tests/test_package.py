@@ -69,3 +69,15 @@ def test_ruff_finds_nothing_and_ci_pins_the_same_ruff():
     run = subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", "."],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_readme_installs_for_cpu_and_cuda_users_alike():
+    readme = (ROOT / "README.md").read_text()
+    torch_req = next(d for d in PYPROJECT["project"]["dependencies"] if d.startswith("torch"))
+    floor = torch_req.split(">=")[1].split(",")[0]
+    install = readme[readme.index("Install PyTorch first"):readme.index("## Ten lines of API")]
+    assert f"torch {floor} or later" in install and f"`torch>={floor}`" in install
+    assert "**CUDA**" in install and "**CPU only**" in install
+    assert "pip install torch==" not in readme  # a pinned CPU wheel would downgrade a CUDA user's torch
+    assert "://" not in readme, "no hostnames or URLs in the README"
+    assert "torch==2.13.0" in (ROOT / ".ci" / "run").read_text()  # CI keeps its own pin
