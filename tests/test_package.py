@@ -1,6 +1,6 @@
 """The package says what it is: one version everywhere (`phaseinterp --version`, `__version__`,
 pyproject), a top-level `--help` that starts with a sentence for users, and a wheel that ships the
-LICENSE, `py.typed` and the top-level stub."""
+LICENSE (SPDX `MIT`), `py.typed` and the top-level stub."""
 
 import contextlib
 import io
@@ -41,10 +41,10 @@ def test_top_level_help_is_for_users():
 
 
 def test_license_matches_pyproject():
-    assert PYPROJECT["project"]["license"] == {"text": "MIT"}
+    assert PYPROJECT["project"]["license"] == "MIT" and PYPROJECT["project"]["license-files"] == ["LICENSE"]
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License") and "the phaseinterp authors" in text
-    assert "License :: OSI Approved :: MIT License" in PYPROJECT["project"]["classifiers"]
+    assert not [c for c in PYPROJECT["project"]["classifiers"] if c.startswith("License ::")]  # the SPDX field says it
 
 
 def test_wheel_ships_license_and_type_information(tmp_path):
@@ -56,9 +56,12 @@ def test_wheel_ships_license_and_type_information(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path / "dist")], check=True, capture_output=True, cwd=tmp_path)
     (wheel,) = (tmp_path / "dist").glob("phaseinterp-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
     assert {"phaseinterp/py.typed", "phaseinterp/__init__.pyi"} <= names, sorted(names)[:20]
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), [n for n in names if "dist-info" in n]
+    metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT" in metadata.splitlines() and "Classifier: Typing :: Typed" in metadata
 
 
 def test_ruff_finds_nothing_and_ci_pins_the_same_ruff():
