@@ -15,12 +15,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from phaseinterp import commands
+from phaseinterp import __version__, commands
+
+DESCRIPTION = ("Phase sensitivity in chunk-compressed KV-cache transformers: train models, measure accuracy by "
+               "phase, run causal interventions and write the report.")
+EPILOG = "Run `phaseinterp VERB --help` for a verb's options."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phaseinterp", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="phaseinterp", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, title="verbs", metavar="VERB")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from phaseinterp.backends import (HookedBackend, HookedNNsightBackend, Read, Replace, SetEntries, SetGate, Unit, backend_for)
+from phaseinterp.backends import (HookedNNsightBackend, Read, Replace, SetEntries, SetGate, Unit, backend_for)
 from phaseinterp.interventions import (activation_patching, calibrate, head_units, knockout_logits,
                                        knockout_map, mapping_swap, phase_swap, planted_model)
 from phaseinterp.interventions.knockout import knockout_edit

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import phaseinterp
-from phaseinterp import CompressionConfig, HookedCompressedTransformer, ModelConfig, preset
+from phaseinterp import HookedCompressedTransformer, ModelConfig, preset
 from phaseinterp.interventions import knockout_map
 from phaseinterp.tasks import RecordLookup
 

@@ -115,7 +115,7 @@ def test_a_hook_that_breaks_the_activation_contract_is_named_with_what_was_expec
         "wrong dtype": (lambda x, hook: x.double(), r"returned shape \(2, 12, 32\) and dtype torch.float64"),
         "not a tensor": (lambda x, hook: x.tolist(), r"returned a list: allowed None or a tensor of shape \(2, 12, 32\)"),
     }
-    for what, (fn, message) in bad.items():
+    for fn, message in bad.values():
         with pytest.raises(ValueError, match=r"the hook on 'blocks.0.hook_resid_pre' " + message):
             model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.hook_resid_pre", fn)])
     clean = model(tokens)

@@ -79,7 +79,7 @@ def test_sparse_start_ramps_contiguous_rows_and_is_off_by_default():
         tok = make_batch(mix, 0, step, 512).tokens.numpy()
         keys = (tok >= mix.pools.keys[0]) & (tok <= mix.pools.keys[-1])
         rows = []
-        for row, k in zip(tok, keys):
+        for k in keys:
             starts = np.flatnonzero(k[: 64 - 20])  # haystack keys (the tail is at most 19 tokens)
             if len(starts) >= 2:
                 rows.append(bool(np.all(np.diff(starts) == 2)))

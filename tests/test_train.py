@@ -13,7 +13,7 @@ import phaseinterp
 from phaseinterp.cli import main
 from phaseinterp.config import CompressionConfig
 from phaseinterp.tasks import RecordLookup
-from phaseinterp.train import Mixture, TrainConfig, latest_checkpoint, list_checkpoints, make_batch, train
+from phaseinterp.train import Mixture, TrainConfig, list_checkpoints, make_batch, train
 from phaseinterp.train.data import IGNORE, bigram_table
 from phaseinterp.train.state import state_path
 from tests.helpers import tiny_cfg

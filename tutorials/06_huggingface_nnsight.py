@@ -76,7 +76,7 @@ models = {
                              RecordLookup(vocab_size=256, n_records=10, n_demos=6, seq_len=64)),
 }
 backends = {}
-for name, (model, stride, task) in models.items():
+for name, (model, stride, _) in models.items():
     backend = backend_for(model, stride=stride)  # the only model-specific line
     backends[name] = backend
     c = backend.cfg
@@ -95,7 +95,7 @@ for name, (model, stride, task) in models.items():
 
 # %%
 results = {}
-for name, (model, stride, task) in models.items():
+for name, (_, _, task) in models.items():
     backend = backends[name]
     n = 2 if "ours" not in name else 16  # logical examples per residue
     batch = task.sample(n, modulus=8, seed=0)

@@ -50,7 +50,8 @@ def _curve_row(card_path: Path, card: dict, protocol: str, modulus: int, n_per_r
     s = curve.summary()
     return {"protocol": protocol, "modulus": modulus, "learned": bool(s["best"] >= 0.8), "mean": s["mean"],
             "mean_ci": list(s["mean_interval"]), "worst": s["worst"], "best": s["best"], "gap_pp": s["gap_pp"],
-            "gap_heldout_pp": s["gap_heldout_pp"], "gap_ci_pp": list(s["gap_interval_pp"]), "best_residue": s["best_residue"], "worst_residue": s["worst_residue"],
+            "gap_heldout_pp": s["gap_heldout_pp"], "gap_ci_pp": list(s["gap_interval_pp"]),
+            "best_residue": s["best_residue"], "worst_residue": s["worst_residue"],
             "p_phase": s["p_value"], "p_periodic": s["p_periodic"], "verdict": s["verdict"],
             "dominant_period": dominant_period(curve.accuracy), "accuracy": [float(a) for a in curve.accuracy], "task": task}
 
@@ -158,7 +159,7 @@ def _mechanism_table(results: list[dict]) -> str:
             continue
         key = np.asarray(sel["key_block"], dtype=float).mean(0)            # over KV heads -> [residue]
         either = np.asarray(sel["either"], dtype=float).mean(0)
-        S, R = r["S"], len(key)
+        S = r["S"]
         query = r["curves"][0]["task"]["seq_len"] - 1
         visible = (query + 1) // S - 1                                     # entries with (j + 1) S - 1 < query
         boundary = [x for i, x in enumerate(either) if i % S == S - 1]

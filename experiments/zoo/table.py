@@ -7,7 +7,8 @@ Each checkpoint is swept on its card's matched task at residues mod `table_perio
 the model's period P, doubled until it spans two periods, with rows lengthened to place every residue when training
 used shorter ones), with a logical-example cluster bootstrap for the mean and the gap and
 permutation tests for "any phase effect" and "period P". The dominant period is the smallest
-period whose harmonics carry 90% of the residue curve's spectral power (`measure.dominant_period`). A run whose best residue stays below `LEARNED_BEST` is reported with its budget and final
+period whose harmonics carry 90% of the residue curve's spectral power (`measure.dominant_period`).
+A run whose best residue stays below `LEARNED_BEST` is reported with its budget and final
 training loss (its loss curve is the shipped NAME.metrics.jsonl), never dropped.
 """
 

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-heads", type=int, help="KV heads of every member (default: each member's own)")
     p.add_argument("--device", help="torch device of every run (default: CUDA when available, else CPU)")
     p.add_argument("--steps", type=int, help="training steps of every run (default: the rule's; a smoke test: 20)")
-    p.add_argument("--compile", action="store_true", help="compile each run's forward pass (1.7x the eager steps per second on CPU, benchmarks/results/train.json)")
+    p.add_argument("--compile", action="store_true",
+                   help="compile each run's forward pass (1.7x the eager steps per second on CPU, benchmarks/results/train.json)")
     p.add_argument("--eval-examples", type=int, default=256, help="examples per residue of each card (default 256)")
     args = p.parse_args(argv)
     members = args.members if args.in_order else sorted(args.members, key=cost)

@@ -139,8 +139,8 @@ class HFCausalLMBackend(HFMixin, Backend):
         blocks = _get(model, self.layers_path)
         self.attn_name = attn or _find(blocks[0], ATTN_NAMES, "attention module")
         self.out_name = out_proj or _find(_get(blocks[0], self.attn_name), OUT_NAMES, "attention output projection")
-        n_heads = getattr(hf, "num_attention_heads", None) or getattr(hf, "n_head")
-        d_model = getattr(hf, "hidden_size", None) or getattr(hf, "n_embd")
+        n_heads = getattr(hf, "num_attention_heads", None) or hf.n_head
+        d_model = getattr(hf, "hidden_size", None) or hf.n_embd
         d_head = getattr(hf, "head_dim", None) or d_model // n_heads
         n_kv = getattr(hf, "num_key_value_heads", None) or n_heads
         n = len(blocks)

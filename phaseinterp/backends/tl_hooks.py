@@ -79,7 +79,7 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
         def make(name: str) -> Callable:
             def hook(x: Tensor, hook) -> Tensor:
                 x = x.clone()
-                for i, u in enumerate(chunk):
+                for i, u in enumerate(chunk):  # noqa: B023  (each hook runs within its chunk's iteration)
                     if name in u:
                         x[i * B : (i + 1) * B] = u[name](x[i * B : (i + 1) * B])
                 return x

@@ -100,7 +100,7 @@ def cluster_bootstrap(correct: Bool[np.ndarray, " row"], group: Int[np.ndarray, 
 
 
 @jaxtyped(typechecker=beartype)
-def percentile_interval(replicates: Float[np.ndarray, "n_boot *shape"], confidence: float = 0.95
+def percentile_interval(replicates: Float[np.ndarray, "n_boot *shape"], confidence: float = 0.95  # noqa: F821  (shape string)
                         ) -> tuple[Float[np.ndarray, "*shape"], Float[np.ndarray, "*shape"]]:
     """Percentile bootstrap interval: the (1 - confidence)/2 and (1 + confidence)/2 quantiles
     of the replicates along axis 0 (nan replicates ignored)."""

@@ -6,7 +6,20 @@ never the other way round; data objects do not draw themselves.
     >>> from phaseinterp.plot import phase_figure, map_figure, save_html
 """
 
+from typing import TYPE_CHECKING
+
 from phaseinterp._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
+    from phaseinterp.plot.curves import INTERVALS as INTERVALS, phase_figure as phase_figure, zoo_figure as zoo_figure
+    from phaseinterp.plot.flip import flip_figure as flip_figure
+    from phaseinterp.plot.html import PLOTLY_JS as PLOTLY_JS, save_html as save_html
+    from phaseinterp.plot.maps import (
+        attribution_scatter as attribution_scatter, cycling_figure as cycling_figure,
+        gate_attribution_figure as gate_attribution_figure, gate_dynamics_figure as gate_dynamics_figure,
+        gate_plane_figure as gate_plane_figure, gate_profile_figure as gate_profile_figure, map_figure as map_figure)
+    from phaseinterp.plot.mitigations import memory_figure as memory_figure
+    from phaseinterp.plot.pretrained import phase_rows_figure as phase_rows_figure
 
 _EXPORTS = {
     **dict.fromkeys(("INTERVALS", "phase_figure", "zoo_figure"), "curves"),
@@ -18,4 +31,5 @@ _EXPORTS = {
     **dict.fromkeys(("phase_rows_figure",), "pretrained"),
 }
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+if not TYPE_CHECKING:  # a type checker reads the imports above: an unknown name is an error there too
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

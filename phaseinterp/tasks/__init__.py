@@ -1,6 +1,19 @@
 """Phase-stratified needle-in-a-haystack tasks, built at the token level (see docs/tasks.md)."""
 
+from typing import TYPE_CHECKING
+
 from phaseinterp._lazy import lazy_exports
+
+if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
+    from phaseinterp.tasks.batch import PhaseBatch as PhaseBatch
+    from phaseinterp.tasks.induction import (
+        induction_batch as induction_batch, induction_final_batch as induction_final_batch)
+    from phaseinterp.tasks.layout import (
+        Geometry as Geometry, MatchedTargets as MatchedTargets, default_modulus as default_modulus)
+    from phaseinterp.tasks.names import PROTOCOLS as PROTOCOLS, SPLITS as SPLITS, VARIANTS as VARIANTS
+    from phaseinterp.tasks.pools import TokenPools as TokenPools
+    from phaseinterp.tasks.record_lookup import RecordLookup as RecordLookup
+    from phaseinterp.tasks.text import TASKS as TASKS, TextRecordLookup as TextRecordLookup
 
 _EXPORTS = {
     **dict.fromkeys(('PhaseBatch',), "batch"),
@@ -12,4 +25,5 @@ _EXPORTS = {
     **dict.fromkeys(('TextRecordLookup', 'TASKS'), "text"),
 }
 __all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+if not TYPE_CHECKING:  # a type checker reads the imports above: an unknown name is an error there too
+    __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

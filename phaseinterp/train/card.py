@@ -93,7 +93,7 @@ def ship(run_dir: str | os.PathLike, dest: str | os.PathLike, name: str, *, inte
     shutil.copyfile(card, out[1])
     shutil.copyfile(run_dir / "metrics.jsonl", out[2])
     if intermediate:
-        for step, path in ckpts[:-1]:
+        for _step, path in ckpts[:-1]:
             out.append(_copy_weights(path, dest / name / path.name))
     return out
 

@@ -147,7 +147,8 @@ def load_checkpoint_for_resume(path: str | os.PathLike, model, optimizer: torch.
     except Exception as e:  # noqa: BLE001 - any unpickling failure means an unusable file
         raise ValueError(f"training state {str(spath)!r} could not be read: {e}") from e
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise ValueError(f"{str(spath)!r} is not a phaseinterp training state (format {state.get('format') if isinstance(state, dict) else None!r}, expected {STATE_FORMAT!r})")
+        found = state.get("format") if isinstance(state, dict) else None
+        raise ValueError(f"{str(spath)!r} is not a phaseinterp training state (format {found!r}, expected {STATE_FORMAT!r})")
     if state["step"] != extra["step"]:
         raise ValueError(f"training state {str(spath)!r} is for step {state['step']}, checkpoint {str(path)!r} for step {extra['step']}")
     loaded = load(path)
