@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from phaseinterp import assets
 from phaseinterp.report.document import Section
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "mitigations"
+RESULTS = assets.default("results/mitigations")  # the checkout's assets/, PHASEINTERP_HOME or the wheel's package data
 
 
 def mitigation_section(results: Path = RESULTS):

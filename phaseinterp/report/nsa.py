@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from phaseinterp.measure.gap import heldout_text
+from phaseinterp import assets
 from phaseinterp.report.document import Section
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "nsa.json"
+RESULTS = assets.default("results/nsa.json")  # the checkout's assets/, PHASEINTERP_HOME or the wheel's package data
 
 
 def nsa_section(path: Path = RESULTS):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from phaseinterp import assets
 from phaseinterp.report.document import Section
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "smollm2.json"
+RESULTS = assets.default("results/smollm2.json")  # the checkout's assets/, PHASEINTERP_HOME or the wheel's package data
 
 
 def smollm2_section(path: Path = RESULTS):
