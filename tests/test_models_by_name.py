@@ -126,3 +126,13 @@ def test_reproduce_reads_the_assets_folders():
     assert ASSETS == ROOT / "assets" / "checkpoints"  # from a checkout
     assert zoo.RESULTS == ROOT / "assets" / "results" / "zoo.json"
     assert all(catalog.packaged(m.path) == m.core for m in catalog.models())
+
+
+def test_models_verb_lists_the_names(only_home, capsys):
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"{len(catalog.models()) - 1} not installed here: get them from {assets.SOURCE}"
+    assert [line for line in lines if line.endswith("[installed]")] == [str(catalog.model_info("w4s4"))]
+    assert main(["models", "--installed", "--json"]) == 0
+    (w4s4,) = json.loads(capsys.readouterr().out)
+    assert w4s4["name"] == "w4s4" and w4s4["installed"] and w4s4["task"]["n_records"] == 10

@@ -22,7 +22,7 @@ def mitigation_section(results: Path = RESULTS):
 
     path = results / "mitigations.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `python -m experiments.mitigations.run --out {results}`")
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or run `python -m experiments.mitigations.run --out {results}`")
     data = json.loads(path.read_text())
     rows = pd.DataFrame(data["rows"])
     summary = pd.DataFrame(data["summary"])

@@ -20,7 +20,7 @@ def nsa_section(path: Path = RESULTS):
     from phaseinterp.plot import zoo_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: train the NSA zoo (python -m experiments.nsa.train), then "
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or train the NSA zoo (python -m experiments.nsa.train), then "
                                 "`python -m experiments.nsa.study`")
     results = json.loads(path.read_text())["results"]
     rows, knock = [], []

@@ -21,7 +21,7 @@ def smollm2_section(path: Path = RESULTS):
     from phaseinterp.plot import map_figure, phase_rows_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `python -m experiments.smollm2.run`")
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or run `python -m experiments.smollm2.run`")
     data = json.loads(path.read_text())
     rows = data["rows"]
     table = pd.DataFrame([{"grid": r["grid"], "setting": r["setting"], "S": r["stride"], "mean %": 100 * r["mean"],

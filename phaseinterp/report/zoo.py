@@ -22,7 +22,7 @@ def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS):
     from phaseinterp.plot import zoo_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: train the zoo (python -m experiments.zoo.train), then "
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or train the zoo (python -m experiments.zoo.train), then "
                                 "`python -m experiments.zoo.table`")
     rows = json.loads(path.read_text())["rows"]
     more = json.loads(seeds.read_text())["rows"] if seeds.is_file() else []
