@@ -8,6 +8,7 @@ from phaseinterp._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(('load',), "sources"),
+    **dict.fromkeys(('models',), "catalog"),
     **dict.fromkeys(('CompressionConfig', 'ModelConfig'), "config"),
     **dict.fromkeys(('HookedCompressedTransformer',), "model"),
     **dict.fromkeys(('PRESETS', 'preset'), "presets"),

@@ -8,7 +8,10 @@ A source is any of:
 - a training-run folder written by `phaseinterp train --out RUN`: the checkpoint its card
   describes (the card's `steps`), else its last one, with `RUN/card.json`;
 - a HuggingFace model folder written by `save_pretrained` (`config.json` + weights; read offline,
-  in float32).
+  in float32);
+- the name of a shipped model (`phaseinterp.models()`: "w4s4", "full", "zoo-w8s8-s0", ...), when no
+  file or folder of that name exists: its checkpoint and card from the assets folders
+  (`phaseinterp.assets`: `PHASEINTERP_HOME`, the checkout's `assets/`, the wheel's core set).
 
 The card (a dict, or None) carries the matched evaluation task (`card["data"]["eval_task"]`) that
 the verbs use as their task defaults, so a model is measured on the vocabulary it was trained on.
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phaseinterp import catalog
 from phaseinterp.checkpoint import load as load_checkpoint
 from phaseinterp.families import ModelFamily, family_of_model
 
@@ -128,18 +132,22 @@ def resolve_source(source: str | os.PathLike, device: str = "cpu", *, card: str 
     """Resolve a model source (see the module docstring) into its model, family and card.
 
     Args:
-        source: a checkpoint file, a training-run folder or a HuggingFace model folder.
+        source: a checkpoint file, a training-run folder, a HuggingFace model folder or the name of a
+            shipped model (`phaseinterp.models()`; a file or folder of that name wins).
         device: where the model goes.
         card: a card to use instead of the one found beside the source.
         allow_nonfinite: load checkpoints with nan/inf weights (to inspect a diverged run).
 
     Raises:
-        FileNotFoundError: nothing at `source`.
+        FileNotFoundError: nothing at `source`, or a shipped model that is not installed (the message
+            says where to get it).
         ValueError: a folder that is neither a run nor a HF model folder, a run without
             checkpoints, an unreadable card, or a checkpoint `phaseinterp.load` refuses.
     """
     path = Path(source)
     card_path = Path(card) if card is not None else None
+    if not path.exists() and is_name(source):
+        path = catalog.model_path(str(source))  # ValueError listing the names; FileNotFoundError: where to get it
     if path.is_dir():
         if (path / RUN_CHECKPOINTS).is_dir():
             card_path = card_path or ((path / "card.json") if (path / "card.json").is_file() else None)
@@ -158,23 +166,31 @@ def resolve_source(source: str | os.PathLike, device: str = "cpu", *, card: str 
         info, weights = (read_card(card_path) if card_path else None), path
         model = load_checkpoint(path, device, allow_nonfinite=allow_nonfinite)
     else:
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r}: allowed a checkpoint file, a training-run folder or a "
-                                "HuggingFace model folder")
+        raise FileNotFoundError(f"no checkpoint at {str(path)!r}: allowed a checkpoint file, a training-run folder, a "
+                                "HuggingFace model folder or a shipped model name (phaseinterp.models())")
     return LoadedModel(model=model, family=family_of_model(model), card=info, path=weights, card_path=card_path)
+
+
+def is_name(source: str | os.PathLike) -> bool:
+    """Whether a source is written as a model name (no folder, no file suffix), not as a path."""
+    text = os.fspath(source)
+    return bool(text) and "/" not in text and os.sep not in text and not Path(text).suffix and text not in (".", "..")
 
 
 def load(source: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool = False):
     """The model of a source (`resolve_source(...).model`): a checkpoint written by `model.save(path)`,
-    a training-run folder or a HuggingFace model folder. Checkpoints are verified on load (names,
+    a training-run folder, a HuggingFace model folder or a shipped model's name (`phaseinterp.models()`). Checkpoints are verified on load (names,
     shapes, digest, finite weights unless `allow_nonfinite`; see `phaseinterp.checkpoint.load`).
 
     Example:
-        >>> path = model.save("w4s4.safetensors")  # shipped: phaseinterp.load("assets/checkpoints/w4s4.safetensors")
-        >>> type(phaseinterp.load("w4s4.safetensors")).__name__
+        >>> path = model.save("mine.safetensors")
+        >>> type(phaseinterp.load("mine.safetensors")).__name__
         'HookedCompressedTransformer'
+        >>> phaseinterp.load("w4s4").cfg.strides  # a shipped model by name
+        (4,)
     """
     return resolve_source(source, device, allow_nonfinite=allow_nonfinite).model
 
 
-__all__ = ["LoadedModel", "RUN_CHECKPOINTS", "checkpoint_path", "latest_checkpoint", "list_checkpoints", "load",
+__all__ = ["LoadedModel", "RUN_CHECKPOINTS", "checkpoint_path", "is_name", "latest_checkpoint", "list_checkpoints", "load",
            "read_card", "resolve_source"]

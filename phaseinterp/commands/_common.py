@@ -12,7 +12,8 @@ from typing import Any
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", nargs="?", help="model source (or use --preset): a phaseinterp .safetensors file "
                                                  "(ours, a trained HF or NSA model), a training-run folder "
-                                                 "(phaseinterp train --out), or a HuggingFace model folder")
+                                                 "(phaseinterp train --out), a HuggingFace model folder, or a "
+                                                 "shipped model's name, e.g. w4s4 (phaseinterp.models())")
     p.add_argument("--preset", help="random-weight model of this preset instead of a checkpoint")
     p.add_argument("--seed", type=int, default=0, help="initialization seed for --preset (default 0)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -94,7 +95,7 @@ def check_device(device: str) -> None:
 def load_model(args: argparse.Namespace):
     """What the command runs on, in eval mode: `HookedCompressedTransformer(preset(NAME), seed=SEED)`,
     or the model source CHECKPOINT resolved once (`phaseinterp.sources.resolve_source`: a checkpoint
-    file, a training-run folder or a HuggingFace model folder) into what its family runs
+    file, a training-run folder, a HuggingFace model folder or a shipped model's name) into what its family runs
     experiments on (ours as is; HF models behind their backend, DeepSeek-V4 with gates). The
     resolved source (with its card) is kept as `args.loaded` for the task defaults."""
     if (args.checkpoint is None) == (args.preset is None):

@@ -24,7 +24,7 @@ def _ids(text: str) -> list[int]:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("flip", help="completion flip: preferred next token vs filler length", description=DESCRIPTION)
-    p.add_argument("checkpoint", nargs="?", help="phaseinterp checkpoint (token-id mode)")
+    p.add_argument("checkpoint", nargs="?", help="phaseinterp checkpoint or shipped model name, e.g. w4s4 (token-id mode)")
     p.add_argument("--hf", help="HF model folder with a tokenizer (text mode)")
     p.add_argument("--prompt", help="text prompt (text mode)")
     p.add_argument("--candidates", nargs="+", help="candidate continuations, each one token (text mode)")

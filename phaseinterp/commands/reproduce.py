@@ -21,7 +21,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "checkpoints"
+from phaseinterp import assets
+
+#: The shipped checkpoints: the checkout's assets/checkpoints, PHASEINTERP_HOME's or the wheel's core set.
+ASSETS = assets.default("checkpoints")
 
 
 def register(subparsers: Any) -> None:

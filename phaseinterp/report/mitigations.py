@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from phaseinterp import assets
 from phaseinterp.report.document import Section
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "mitigations"
+RESULTS = assets.default("results/mitigations")  # the checkout's assets/, PHASEINTERP_HOME or the wheel's package data
 
 
 def mitigation_section(results: Path = RESULTS):
@@ -21,7 +22,7 @@ def mitigation_section(results: Path = RESULTS):
 
     path = results / "mitigations.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `python -m experiments.mitigations.run --out {results}`")
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or run `python -m experiments.mitigations.run --out {results}`")
     data = json.loads(path.read_text())
     rows = pd.DataFrame(data["rows"])
     summary = pd.DataFrame(data["summary"])

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from phaseinterp.measure.gap import heldout_text
+from phaseinterp import assets
 from phaseinterp.report.document import Section
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "nsa.json"
+RESULTS = assets.default("results/nsa.json")  # the checkout's assets/, PHASEINTERP_HOME or the wheel's package data
 
 
 def nsa_section(path: Path = RESULTS):
@@ -19,7 +20,7 @@ def nsa_section(path: Path = RESULTS):
     from phaseinterp.plot import zoo_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: train the NSA zoo (python -m experiments.nsa.train), then "
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or train the NSA zoo (python -m experiments.nsa.train), then "
                                 "`python -m experiments.nsa.study`")
     results = json.loads(path.read_text())["results"]
     rows, knock = [], []

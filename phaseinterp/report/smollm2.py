@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from phaseinterp import assets
 from phaseinterp.report.document import Section
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "smollm2.json"
+RESULTS = assets.default("results/smollm2.json")  # the checkout's assets/, PHASEINTERP_HOME or the wheel's package data
 
 
 def smollm2_section(path: Path = RESULTS):
@@ -20,7 +21,7 @@ def smollm2_section(path: Path = RESULTS):
     from phaseinterp.plot import map_figure, phase_rows_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `python -m experiments.smollm2.run`")
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or run `python -m experiments.smollm2.run`")
     data = json.loads(path.read_text())
     rows = data["rows"]
     table = pd.DataFrame([{"grid": r["grid"], "setting": r["setting"], "S": r["stride"], "mean %": 100 * r["mean"],

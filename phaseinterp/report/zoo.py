@@ -7,12 +7,13 @@ import json
 from pathlib import Path
 
 from phaseinterp.measure.gap import heldout_text
+from phaseinterp import assets
 from phaseinterp.report.document import Section
 from phaseinterp.tasks.names import PROTOCOLS
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "results" / "zoo.json"
+RESULTS = assets.default("results/zoo.json")  # the checkout's assets/, PHASEINTERP_HOME or the wheel's package data
 #: more seeds of the members whose zoo seed failed (`assets/results/zoo-seeds`, docs/training.md)
-SEEDS = RESULTS.parent / "zoo-seeds" / "zoo.json"
+SEEDS = assets.default("results/zoo-seeds/zoo.json")
 
 
 def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS):
@@ -21,7 +22,7 @@ def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS):
     from phaseinterp.plot import zoo_figure
 
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: train the zoo (python -m experiments.zoo.train), then "
+        raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or train the zoo (python -m experiments.zoo.train), then "
                                 "`python -m experiments.zoo.table`")
     rows = json.loads(path.read_text())["rows"]
     more = json.loads(seeds.read_text())["rows"] if seeds.is_file() else []

@@ -1,0 +1,196 @@
+"""The shipped models by name: `phaseinterp.models()` lists them, `phaseinterp.load(NAME)` and every
+verb that takes a checkpoint accept a name.
+
+The list is `phaseinterp/catalog.json`, written from the checkpoint cards in the repository's `assets/`
+(`python -m phaseinterp.catalog` rewrites it; a test fails when it is stale). It names every shipped
+model, installed or not: a wheel carries the core set (`catalog.json`'s "package_data"), the rest
+comes from the repository's assets/ (a checkout, or `PHASEINTERP_HOME`, see `phaseinterp.assets`).
+
+Example:
+    >>> info = next(m for m in models() if m.name == "w4s4")
+    >>> info.path, info.core, info.installed
+    ('checkpoints/w4s4.safetensors', True, True)
+    >>> info.config
+    '2 layers (W4/S4 scalar gate x2), d_model 64, 4 heads / 1 KV head, 144,848 parameters'
+    >>> model_path("w4s4").name
+    'w4s4.safetensors'
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from phaseinterp import assets
+
+MANIFEST = Path(__file__).resolve().parent / "catalog.json"
+#: What a wheel carries (globs inside an assets folder): the checkpoints `phaseinterp reproduce`
+#: sweeps (with their cards and the W4/S4 training series) and the result files the report reads.
+PACKAGE_DATA = [
+    "checkpoints/*.safetensors", "checkpoints/*.json", "checkpoints/w4s4/*.safetensors",
+    "results/mitigations/mitigations.json", "results/mitigations/knockout/*.json", "results/zoo.json",
+    "results/zoo-seeds/zoo.json", "results/smollm2.json", "results/nsa.json",
+]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One shipped model.
+
+    Attributes:
+        name: what `phaseinterp.load` and the verbs accept.
+        path: its checkpoint inside an assets folder (`checkpoints/...safetensors`; its card is the .json beside it).
+        core: shipped inside the wheel.
+        config: the architecture in one line.
+        learned: its phase curve on its matched task, in one line (from the card).
+        task: its matched evaluation task (the card's `data.eval_task`), what the verbs use as defaults.
+    """
+
+    name: str
+    path: str
+    core: bool
+    config: str
+    learned: str
+    task: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def installed(self) -> bool:
+        """Whether an assets folder holds its checkpoint and card."""
+        return assets.find(self.path) is not None and assets.find(Path(self.path).with_suffix(".json")) is not None
+
+    def __str__(self) -> str:
+        where = "installed" if self.installed else "not installed"
+        return f"{self.name}: {self.config}; {self.learned} [{where}]"
+
+
+def models() -> list[ModelInfo]:
+    """Every shipped model (installed or not), by name."""
+    data = json.loads(MANIFEST.read_text())
+    return [ModelInfo(**entry) for entry in data["models"]]
+
+
+def names() -> list[str]:
+    return [m.name for m in models()]
+
+
+def model_info(name: str) -> ModelInfo:
+    """The shipped model called `name`; ValueError listing the known names otherwise."""
+    known = {m.name: m for m in models()}
+    if name not in known:
+        close = difflib.get_close_matches(name, list(known), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"model name {name!r} is unknown{hint}: allowed a checkpoint file, a training-run folder, a "
+                         f"HuggingFace model folder or a shipped model name: {', '.join(sorted(known))} "
+                         "(phaseinterp.models() describes them)")
+    return known[name]
+
+
+def model_path(name: str) -> Path:
+    """The checkpoint file of a shipped model; FileNotFoundError saying where to get it when it is
+    known but not installed, ValueError listing the known names when it is unknown."""
+    info = model_info(name)
+    path = assets.find(info.path)
+    if path is None or not path.with_suffix(".json").is_file():
+        raise FileNotFoundError(f"model {name!r} is known but not installed here ({info.path} and its card are in no "
+                                f"assets folder: {', '.join(map(str, assets.roots())) or 'none'}); get it from "
+                                f"{assets.SOURCE}. Installed: {', '.join(m.name for m in models() if m.installed)}")
+    return path
+
+
+# ---- writing the manifest from the cards (python -m phaseinterp.catalog) -----------------------
+
+
+def build(root: Path) -> dict[str, Any]:
+    """The manifest of every carded checkpoint under `root/checkpoints` (an assets folder), by name."""
+    entries, seen = [], {}
+    for weights in sorted((root / "checkpoints").rglob("*.safetensors")):
+        card_path = weights.with_suffix(".json")
+        if not card_path.is_file():
+            continue  # intermediate checkpoints of a training series: no card, no name
+        rel = weights.relative_to(root).as_posix()
+        card = json.loads(card_path.read_text())
+        name = weights.stem
+        if name in seen:
+            raise ValueError(f"two shipped checkpoints are named {name!r}: {seen[name]} and {rel}")
+        seen[name] = rel
+        core = packaged(rel)
+        entries.append(asdict(ModelInfo(name=name, path=rel, core=core, config=describe_config(card),
+                                        learned=describe_curve(card), task=card.get("data", {}).get("eval_task") or {})))
+    return {"package_data": PACKAGE_DATA, "models": entries}
+
+
+def packaged(relative: str) -> bool:
+    """Whether a wheel carries this asset (a path inside an assets folder matches a `PACKAGE_DATA` glob,
+    `*` within one folder, as `Path.glob` reads it when the wheel is built)."""
+    path = PurePosixPath(relative)
+    return any(len(path.parts) == len(PurePosixPath(g).parts) and path.match(g) for g in PACKAGE_DATA)
+
+
+def describe_config(card: dict) -> str:
+    """One line of architecture from a card's `model_config` (ours, NSA or a HF model)."""
+    cfg = card.get("model_config", {})
+    params = f"{card['n_parameters']:,} parameters" if card.get("n_parameters") else ""
+    if "hf_config" in cfg:
+        hf = cfg["hf_config"]
+        kinds = ", ".join(f"{t} (rate {hf.get('compress_rates', {}).get(t, '?')})" for t in hf.get("layer_types") or [])
+        parts = [f"HF {cfg.get('architecture')}", f"{hf.get('num_hidden_layers')} layers" + (f" ({kinds})" if kinds else ""),
+                 f"hidden {hf.get('hidden_size')}", params]
+    elif cfg.get("arch") == "nsa":
+        parts = [f"NSA, {cfg['n_layers']} layers (compress block {cfg['compress_block']} / stride {cfg['compress_stride']}, "
+                 f"{cfg['num_selected']} selected blocks, window {cfg['sliding_window']})", f"d_model {cfg['d_model']}",
+                 _heads(cfg), params]
+    else:
+        layers = [_layer(layer) for layer in cfg.get("layers", [])]
+        grouped = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in _runs(layers))
+        parts = [f"{cfg.get('n_layers', len(layers))} layers ({grouped})", f"d_model {cfg.get('d_model')}", _heads(cfg), params]
+    return ", ".join(p for p in parts if p)
+
+
+def describe_curve(card: dict) -> str:
+    """One line of what the model learned: its card's phase curve on its matched task."""
+    curve = card.get("phase_curve")
+    if not curve:
+        return "no phase curve in its card"
+    acc, modulus = curve["accuracy"], curve.get("task", {}).get("modulus", len(curve["accuracy"]))
+    strong = [r for r, a in enumerate(acc) if a >= 0.8]
+    text = (f"record lookup mod {modulus}: mean {100 * curve['mean']:.1f}%, worst {100 * curve['worst']:.1f}%, "
+            f"best {100 * curve['best']:.1f}%, gap {curve['gap_pp']:.1f} pp")
+    return text + (f"; residues >= 80%: {', '.join(map(str, strong))}" if strong else "; no residue >= 80%")
+
+
+def _heads(cfg: dict) -> str:
+    kv = cfg.get("n_kv_heads")
+    return f"{cfg.get('n_heads')} heads / {kv} KV head{'s' if kv != 1 else ''}"
+
+
+def _layer(layer: Any) -> str:
+    if not isinstance(layer, dict):
+        return str(layer)
+    layout = "" if layer.get("layout", "generic") == "generic" else f" {layer['layout']}"
+    return f"W{layer['window']}/S{layer['stride']} {layer['gate']} gate{layout}"
+
+
+def _runs(items: list[str]) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for item in items:
+        if out and out[-1][0] == item:
+            out[-1] = (item, out[-1][1] + 1)
+        else:
+            out.append((item, 1))
+    return out
+
+
+def write(root: Path = assets.CHECKOUT, path: Path = MANIFEST) -> Path:
+    path.write_text(json.dumps(build(root), indent=1) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(f"wrote {write(Path(sys.argv[1]) if len(sys.argv) > 1 else assets.CHECKOUT)}")
+
+
+__all__ = ["MANIFEST", "PACKAGE_DATA", "ModelInfo", "build", "model_info", "model_path", "models", "names", "packaged"]

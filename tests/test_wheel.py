@@ -1,0 +1,96 @@
+"""A wheel that works anywhere: built from the checkout, it carries the core set of shipped assets
+(`catalog.json`'s "package_data") and stays under 25 MB; installed without dependencies into a
+throwaway virtualenv that sees the installed ones (`--system-site-packages`), it runs the quick report,
+a sweep by name and `phaseinterp.load("w4s4")` from a folder outside the checkout."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from phaseinterp import catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_BYTES = 25 * 2**20
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(ROOT)], check=True, capture_output=True, text=True)
+    (path,) = out.glob("phaseinterp-*.whl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    env = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True)
+    # the checkout's build leaves phaseinterp.egg-info there: with PYTHONPATH pointing at it, pip would
+    # call the wheel "already satisfied" and install nothing
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "-q", "--no-deps",
+                    "--no-index", str(wheel)], check=True, capture_output=True, text=True, env=clean_env())
+    assert list(env.glob("lib/python*/site-packages/phaseinterp/_assets/checkpoints/w4s4.json"))
+    return env
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PHASEINTERP_HOME")}
+
+
+def run_in(venv: Path, folder: Path, *argv: str) -> subprocess.CompletedProcess:
+    """A command of the venv, from `folder`, with nothing pointing at the checkout (no PYTHONPATH)."""
+    env = clean_env()
+    env.update(OMP_NUM_THREADS="1", PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_wheel_carries_the_core_set_and_stays_small(wheel):
+    assert wheel.stat().st_size < MAX_BYTES, f"{wheel.name}: {wheel.stat().st_size / 2**20:.1f} MB"
+    names = set(zipfile.ZipFile(wheel).namelist())
+    data = {n.removeprefix("phaseinterp/_assets/") for n in names if n.startswith("phaseinterp/_assets/")}
+    expected = {p.relative_to(ROOT / "assets").as_posix() for g in catalog.PACKAGE_DATA
+                for p in (ROOT / "assets").glob(g) if p.is_file()}
+    assert data == expected and len(expected) >= 30
+    for info in catalog.models():
+        card = Path(info.path).with_suffix(".json").as_posix()
+        assert (info.path in data and card in data) == info.core, info.name
+    assert {"phaseinterp/catalog.json", "phaseinterp/assets.py", "phaseinterp/cli.py"} <= names
+    assert not [n for n in names if n.startswith(("tests/", "experiments/", "assets/"))]
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "phaseinterp = phaseinterp.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_installed_wheel_loads_by_name_from_any_folder(venv, tmp_path):
+    code = ("import json, phaseinterp\n"
+            "model = phaseinterp.load('w4s4')\n"
+            "try:\n    phaseinterp.load('zoo-w8s8-s0')\nexcept FileNotFoundError as err:\n    missing = str(err)\n"
+            "print(json.dumps({'file': phaseinterp.__file__, 'type': type(model).__name__, 'missing': missing,\n"
+            "                  'installed': [m.name for m in phaseinterp.models() if m.installed]}))")
+    done = run_in(venv, tmp_path, str(venv / "bin" / "python"), "-c", code)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(out["file"]).is_relative_to(venv), f"the checkout shadows the wheel: {out['file']}"
+    assert out["type"] == "HookedCompressedTransformer"
+    assert sorted(out["installed"]) == sorted(m.name for m in catalog.models() if m.core)
+    assert "'zoo-w8s8-s0' is known but not installed" in out["missing"] and "PHASEINTERP_HOME" in out["missing"]
+
+
+def test_installed_wheel_runs_the_quick_report_and_a_sweep_by_name(venv, tmp_path):
+    done = run_in(venv, tmp_path, str(venv / "bin" / "phaseinterp"), "reproduce", "--quick", "--out", "report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    html = (tmp_path / "report" / "report.html").read_text()
+    for title in ("Phase curves of the shipped checkpoints", "Compression gates (w4s4)", "Mitigations: toward phase-uniform",
+                  "The zoo: phase curves", "A pretrained model: training-free KV compression", "Provenance"):
+        assert title in html, title
+    assert "This section failed" not in html and "gate concentration during training" in html
+    assert str(venv) in html  # the checkpoints came from the wheel's package data
+    done = run_in(venv, tmp_path, "phaseinterp", "sweep", "w4s4", "--out", "sweep", "--n-per-residue", "2",
+                  "--n-boot", "20", "--n-perm", "20", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "sweep" / "curve.json").read_text())["label"] == "w4s4"
