@@ -1,5 +1,6 @@
 # Type stub of phaseinterp/__init__.py, whose names are lazy (PEP 562): a type checker or an IDE reads
 # these imports, Python never does. tests/test_typing.py keeps this list equal to `_EXPORTS`.
+from phaseinterp.catalog import models as models
 from phaseinterp.config import CompressionConfig as CompressionConfig
 from phaseinterp.config import ModelConfig as ModelConfig
 from phaseinterp.model import HookedCompressedTransformer as HookedCompressedTransformer
@@ -11,4 +12,4 @@ from phaseinterp.units import head_units as head_units
 
 __version__: str
 __all__ = ["CompressionConfig", "HookedCompressedTransformer", "ModelConfig", "PRESETS", "Unit", "head_units", "load",
-           "preset", "__version__"]
+           "models", "preset", "__version__"]

@@ -15,7 +15,8 @@ from phaseinterp.train import TrainConfig, recipe
 
 
 def quickstart(path: str) -> PhaseCurve:
-    model = phaseinterp.load(path)
+    shipped: list[str] = [m.name for m in phaseinterp.models() if m.installed]
+    model = phaseinterp.load(path if path else shipped[0])
     task = RecordLookup(vocab_size=256, n_records=10, n_demos=6, seq_len=64)
     batch: PhaseBatch = task.sample(64, modulus=8)
     calib = task.sample(64, modulus=8, split="calibration")
