@@ -86,10 +86,10 @@ def write_outputs(out: str | Path, result: dict[str, Any], settings, maps: dict[
         for name, smap in maps.items():
             smap.save(out / "knockout" / f"{name}.json")
             figures[f"knockout-{name}"] = map_figure(smap, title=f"{smap.meta.get('label', name)}: KV-head knockout ({smap.quantity})")
-            written.append(save_html(figures[f"knockout-{name}"], out / "knockout" / f"{name}.html", root=out))
+            written.append(save_html(figures[f"knockout-{name}"], out / "knockout" / f"{name}.html", root=out.parent))
     written[1].write_text(dumps(payload))
     written[2].write_text(markdown_table(summary, rows))
-    save_html(fig, written[3])
+    save_html(fig, written[3], root=out.parent)  # one plotly.js beside the other studies' results: offline
     if png:
         try:
             for name, f in figures.items():

@@ -74,7 +74,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 512, task_seed: in
                "summary": rows, "curves": {k: c.to_dict() for k, c in curves.items()}, "versions": versions()}
     (out / "periodicity.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
     (out / "periodicity.md").write_text(_markdown(table, n_per_residue, protocol))
-    save_html(phase_figure(curves), out / "overlay.html", include_plotlyjs="cdn")  # small file; needs the network to view
+    save_html(phase_figure(curves), out / "overlay.html", root=out.parent)  # the protocols share one plotly.js: offline
     return table
 
 

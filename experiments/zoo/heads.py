@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         smap.save(stem.with_suffix(".json"))
         smap.save(stem.with_suffix(".csv"))
         save_html(map_figure(smap, title=f"zoo-{args.member}-s{seed}: KV-head knockout, absolute change (pp)"),
-                  stem.with_suffix(".html"), include_plotlyjs="cdn")
+                  stem.with_suffix(".html"), root=args.out)  # one plotly.js for the results folder: offline
         print(f"seed {seed}: clean {np.round(100 * clean).astype(int).tolist()}")
         print(f"   owners (<= -{args.threshold:g} pp): {owners}; weak {weak}; weak and unowned {found[seed]['weak_unowned']}")
     if not found:
