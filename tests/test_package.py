@@ -4,6 +4,7 @@ LICENSE (SPDX `MIT`), `py.typed` and the top-level stub."""
 
 import contextlib
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -84,3 +85,29 @@ def test_readme_installs_for_cpu_and_cuda_users_alike():
     assert "pip install torch==" not in readme  # a pinned CPU wheel would downgrade a CUDA user's torch
     assert "://" not in readme, "no hostnames or URLs in the README"
     assert "torch==2.13.0" in (ROOT / ".ci" / "run").read_text()  # CI keeps its own pin
+
+
+def test_readme_is_a_front_page():
+    readme = (ROOT / "README.md").read_text()
+    assert 90 <= len(readme.splitlines()) <= 150, f"README has {len(readme.splitlines())} lines: a front page is about 120"
+    for picture in ("assets/figures/phase_curve.png", "assets/figures/head_map.png"):
+        assert f"]({picture})" in readme and (ROOT / picture).stat().st_size > 10_000, picture
+    for link in ("tutorials/README.md", "docs/", "experiments/README.md", "docs/results.md"):
+        assert f"]({link})" in readme and (ROOT / link).exists(), link
+    prose = "".join(part for i, part in enumerate(readme.split("```")) if i % 2 == 0)  # outside code blocks
+    assert "%" not in prose, "findings live in docs/results.md (rendered from the result files), not in the README"
+    assert "arXiv 2609.36322" in readme and "## Citing" in readme
+    # the verb table is one table: contiguous rows, one per verb that `phaseinterp --help` lists
+    parser = build_parser()
+    (subparsers,) = [a for a in parser._actions if a.choices and isinstance(a.choices, dict)]
+    verbs = list(subparsers.choices)
+    assert len(verbs) >= 8 and all(v in parser.format_help() for v in verbs), verbs
+    section = readme[readme.index("## The `phaseinterp` command"):]
+    lines = section.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("| verb"))
+    rows = []
+    for line in lines[first + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    assert sorted(re.match(r"\| `phaseinterp (\w+)", r).group(1) for r in rows) == sorted(verbs), rows
