@@ -3,7 +3,7 @@
 - `tutorials/NN_topic.ipynb` become the pages `tutorials/NN_topic/` (mkdocs-jupyter renders, and with
   `execute: true` runs, them), so the notebooks stay where the README and tests/test_tutorials.py expect them.
 - `reference/`: one API page per top-level module or subpackage of `phaseinterp`, each a mkdocstrings
-  `::: phaseinterp.NAME` block, plus an index that lists them; a new module gets its page without an edit here.
+  `::: phaseinterp.NAME` block, plus an index that lists them and documents what `import phaseinterp` exports; a new module gets its page without an edit here.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def tutorial_notebooks() -> list[Path]:
 
 def _reference_index(modules: list[str]) -> str:
     rows = "\n".join(f"- [`{m}`]({m.split('.', 1)[1]}.md)" for m in modules)
-    return ("# API reference\n\nGenerated from the docstrings. The names `import phaseinterp` exports are on the "
-            "[`phaseinterp`](phaseinterp.md) page; each module or subpackage has its own page:\n\n" + rows + "\n")
+    return ("# API reference\n\nGenerated from the docstrings. Each module or subpackage has its own page:\n\n"
+            + rows + "\n\n## `import phaseinterp`\n\nThe names the package exports (lazily; `__init__.pyi` "
+            "lists them):\n\n::: phaseinterp\n    options:\n      show_submodules: false\n      heading_level: 3\n")
 
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, which turns the notebooks added here into its pages
@@ -42,8 +43,6 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         files.append(File(notebook.relative_to(ROOT).as_posix(), str(ROOT), config.site_dir, config.use_directory_urls))
     modules = api_modules()
     files.append(File.generated(config, "reference/index.md", content=_reference_index(modules)))
-    files.append(File.generated(config, "reference/phaseinterp.md",
-                                content="# phaseinterp\n\n::: phaseinterp\n    options:\n      show_submodules: false\n"))
     for module in modules:
         name = module.split(".", 1)[1]
         files.append(File.generated(config, f"reference/{name}.md", content=f"# `{module}`\n\n::: {module}\n"))

@@ -65,6 +65,8 @@ def test_every_doc_tutorial_and_module_has_a_page(site: Path):
     for module in modules:
         _page(site, f"reference/{module.split('.', 1)[1]}")
         assert f"{module}</code>" in index, f"the API index does not list {module}"
+    for name in ["HookedCompressedTransformer", "CompressionConfig", "load", "models", "preset", "head_units"]:
+        assert f'id="phaseinterp.{name}"' in index, f"the API index does not document phaseinterp.{name}"
 
 
 def test_api_reference_renders_docstrings_and_their_doctests_as_code(site: Path):
