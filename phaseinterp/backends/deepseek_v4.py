@@ -22,7 +22,7 @@ Where the units live in the HF code (`transformers/models/deepseek_v4/modeling_d
   `b` half; [batch, pos, head_dim] in HCA) and the bias, bit for bit (`compression.slot_logits`);
   an edit of the logits is written back as its softmax (float32, as HF) into the gate weights.
   Gate cycling (`CycleGate`) rebuilds them with the maps and bias of offset (i - delta) mod W.
-- Entries: the compressor output[0] [batch, 1, entry, head_dim] (after RMSNorm and RoPE at j*m)
+- Entries: the compressor `output[0]` `[batch, 1, entry, head_dim]` (after RMSNorm and RoPE at j*m)
   -> canonical [batch, entry, 1, head_dim].
 
 The first access to `.source` instruments the compressor's forward in place (numerically

@@ -232,7 +232,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         (`significant`: the interval excludes 0), extras `acc_knockout`, `masked` and the clean curve.
 
     Warns:
-        UserWarning naming the units whose knockout changed no logit.
+        UserWarning: naming the units whose knockout changed no logit.
 
     Example:
         >>> m = knockout_map(model, batch, calib, n_boot=100)  # calib: task.sample(..., split="calibration")

@@ -56,7 +56,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
         extras `acc_knockout`, the clean curve.
 
     Warns:
-        UserWarning naming the knockouts that changed no logit.
+        UserWarning: naming the knockouts that changed no logit.
 
     Example:
         >>> from phaseinterp.model.nsa import NSAConfig, NSATransformer

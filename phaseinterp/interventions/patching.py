@@ -135,7 +135,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
             positions, "resid" on a backend, entries / gates without compressors).
 
     Warns:
-        UserWarning naming units whose patch changed no logit.
+        UserWarning: naming units whose patch changed no logit.
 
     Example:
         >>> from phaseinterp.interventions import mapping_swap
