@@ -148,6 +148,7 @@ def resolve_source(source: str | os.PathLike, device: str = "cpu", *, card: str 
     card_path = Path(card) if card is not None else None
     if not path.exists() and is_name(source):
         path = catalog.model_path(str(source))  # ValueError listing the names; FileNotFoundError: where to get it
+    info = None
     if path.is_dir():
         if (path / RUN_CHECKPOINTS).is_dir():
             card_path = card_path or ((path / "card.json") if (path / "card.json").is_file() else None)
@@ -155,19 +156,19 @@ def resolve_source(source: str | os.PathLike, device: str = "cpu", *, card: str 
             weights = _run_checkpoint(path, info)
             model = load_checkpoint(weights, device, allow_nonfinite=allow_nonfinite)
         elif (path / "config.json").is_file():
-            info, weights = (read_card(card_path) if card_path else None), path
-            model = _hf_folder(path).to(device).eval()
+            weights, model = path, _hf_folder(path).to(device).eval()
         else:
             raise ValueError(f"model folder {str(path)!r} is invalid: allowed a training run (with checkpoints/, written "
                              "by phaseinterp train --out) or a HuggingFace model folder (config.json, written by "
                              "save_pretrained)")
     elif path.is_file():
         card_path = card_path or _card_of_checkpoint(path)
-        info, weights = (read_card(card_path) if card_path else None), path
-        model = load_checkpoint(path, device, allow_nonfinite=allow_nonfinite)
+        weights, model = path, load_checkpoint(path, device, allow_nonfinite=allow_nonfinite)
     else:
         raise FileNotFoundError(f"no checkpoint at {str(path)!r}: allowed a checkpoint file, a training-run folder, a "
                                 "HuggingFace model folder or a shipped model name (phaseinterp.models())")
+    if info is None and card_path:  # a run folder's card was read above, to pick its checkpoint
+        info = read_card(card_path)
     return LoadedModel(model=model, family=family_of_model(model), card=info, path=weights, card_path=card_path)
 
 

@@ -115,8 +115,8 @@ class TLCompat:
         if max_rows < 1:
             raise ValueError(f"max_rows={max_rows} is out of range: allowed >= 1")
         base = [*self._active, *[self.hook_edit(name, fn) for name, fn in base_hooks]]
-        variants = [base + [HookEdit(*self.resolve_hook(name)[:3], fn, self.resolve_hook(name)[3])
-                            for name, fn in u.items()] for u in units]
+        sites = {name: self.resolve_hook(name) for u in units for name in u}  # each name resolved once
+        variants = [base + [HookEdit(*sites[name][:3], fn, sites[name][3]) for name, fn in u.items()] for u in units]
         per = max(1, max_rows // max(tokens.shape[0], 1))
         return self.run_batched(tokens, variants, positions=query_pos, variants_per_forward=per)
 
