@@ -27,12 +27,22 @@ ZOO: dict[str, dict[str, Any]] = {
     "w8s8-norope": {"window": 8, "stride": 8, "rope": False},
 }
 
+#: Members beyond the shipped zoo, trained with 4 seeds for the control on the harder task
+#: (`experiments/control`): full attention with the compressed members' head size, and 8 KV heads.
+EXTRA: dict[str, dict[str, Any]] = {
+    "full-d64": {"layout": "full", "d_head": 64},
+    "full-d64-kv4": {"layout": "full", "d_head": 64, "kv_heads": 4},
+    "w8s8-kv8": {"window": 8, "stride": 8, "kv_heads": 8},
+}
+#: Every member a run can name: the zoo and the extras.
+MEMBERS: dict[str, dict[str, Any]] = {**ZOO, **EXTRA}
+
 
 def member(name: str, kv_heads: int | None = None) -> dict[str, Any]:
     """The rule arguments of zoo member `name`, optionally with `kv_heads` KV heads instead of its own."""
-    if name not in ZOO:
-        raise ValueError(f"unknown zoo member {name!r}: allowed {sorted(ZOO)}")
-    return {**ZOO[name], **({} if kv_heads is None else {"kv_heads": kv_heads})}
+    if name not in MEMBERS:
+        raise ValueError(f"unknown zoo member {name!r}: allowed {sorted(MEMBERS)}")
+    return {**MEMBERS[name], **({} if kv_heads is None else {"kv_heads": kv_heads})}
 
 
 def zoo_recipe(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | None = None
@@ -46,7 +56,7 @@ def rule_options(name: str, kv_heads: int | None = None) -> list[str]:
     """The `phaseinterp train --recipe rule` options that train zoo member `name` (`zoo_recipe`'s configs)."""
     args = member(name, kv_heads)
     out = []
-    for key in ("window", "stride", "gate", "kv_heads", "layout"):
+    for key in ("window", "stride", "gate", "kv_heads", "layout", "d_head"):
         if key in args:
             out += [f"--{key.replace('_', '-')}", str(args[key])]
     if args.get("rope") is False:
@@ -61,4 +71,4 @@ def zoo_name(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | No
     return f"zoo-{name}{extras}-s{seed}"
 
 
-__all__ = ["ZOO", "member", "rule_options", "zoo_name", "zoo_recipe"]
+__all__ = ["EXTRA", "MEMBERS", "ZOO", "member", "rule_options", "zoo_name", "zoo_recipe"]

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.zoo.members import ZOO, zoo_name
+from experiments.zoo.members import MEMBERS, ZOO, zoo_name
 from phaseinterp.config import period_of
 from phaseinterp.measure import dominant_period
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-heads", type=int, help="the zoo's KV heads, when overridden (names the missing runs)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="sweep only these cards (e.g. zoo-w12s12-s0) and keep the "
                    "other cards' rows from OUT/zoo.json")
-    p.add_argument("--members", nargs="+", choices=list(ZOO), help="the members the folder should hold (default: all)")
+    p.add_argument("--members", nargs="+", choices=list(MEMBERS), help="the members the folder should hold (default: all)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="the seeds the folder should hold (default: 0 1)")
     args = p.parse_args(argv)
     command = " ".join(["python -m experiments.zoo.table", *_without_only(sys.argv[1:] if argv is None else argv)])

@@ -20,7 +20,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from experiments.zoo.members import ZOO, rule_options, zoo_name, zoo_recipe
+from experiments.zoo.members import MEMBERS, ZOO, rule_options, zoo_name, zoo_recipe
 from phaseinterp.train.rule import WIDTH
 
 
@@ -45,7 +45,7 @@ def options(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--members", nargs="+", default=list(ZOO), choices=list(ZOO))
+    p.add_argument("--members", nargs="+", default=list(ZOO), choices=list(MEMBERS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
     p.add_argument("--runs", type=Path, default=Path("runs/zoo"))

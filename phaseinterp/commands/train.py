@@ -46,6 +46,7 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--gate", help="scalar (default), vector or uniform (deepseek-csa: vector)")
     rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2, 4 or a multiple of 4")
     rule.add_argument("--width", type=int, help="d_model of the rule (default 64; the GPU zoo: 256)")
+    rule.add_argument("--d-head", type=int, help="head size (default: the rule's, 64; full attention 16)")
     rule.add_argument("--no-rope", action="store_true", help="no RoPE in the compressed layers")
     rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
     rule.add_argument("--aligned-start", action=argparse.BooleanOptionalAction, default=None,
@@ -82,7 +83,7 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.presets import PRESETS, preset
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
 
-    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "width",
+    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "width", "d_head",
                                                       "aligned_start", "min_undemonstrated") if getattr(args, k, None) is not None]
     rule_args += ["--no-rope"] if getattr(args, "no_rope", False) else []
     if getattr(args, "recipe", None) is None and rule_args:
@@ -135,13 +136,14 @@ def _from_rule(args: argparse.Namespace):
     width = rule.WIDTH if args.width is None else args.width
     model_cfg, tcfg = rule.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=kv_heads,
                                       rope=not args.no_rope, layout=layout, width=width, seed=seed, aligned=args.aligned_start,
-                                      min_undemonstrated=args.min_undemonstrated)
+                                      min_undemonstrated=args.min_undemonstrated, d_head=args.d_head)
     aligned = tcfg.mixture.aligned_steps > 0
     first = model_cfg.layers[0]
     default_aligned = rule.aligned_by_rule(None if first == "full" else first)
     shape = layout if layout != "generic" else f"w{args.window}s{args.stride}"
     extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{kv_heads}" if kv_heads != 1 else "",
                       "-norope" if args.no_rope else "", f"-d{width}" if width != rule.WIDTH else "",
+                      f"-h{args.d_head}" if args.d_head is not None else "",
                       "" if aligned == default_aligned else ("-aligned" if aligned else "-unaligned"),
                       "" if args.min_undemonstrated in (None, rule.MIN_UNDEMONSTRATED) else f"-undemo{args.min_undemonstrated}"])
     return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg

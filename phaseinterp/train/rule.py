@@ -107,7 +107,8 @@ def _check(name: str, value: Any, low: int) -> None:
 
 def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: str | None = None, kv_heads: int = 1,
                 rope: bool = True, layout: str = "generic", width: int = WIDTH, seed: int = 0,
-                aligned: bool | None = None, min_undemonstrated: int | None = None) -> tuple[ModelConfig, TrainConfig]:
+                aligned: bool | None = None, min_undemonstrated: int | None = None, d_head: int | None = None
+                ) -> tuple[ModelConfig, TrainConfig]:
     """(ModelConfig, TrainConfig) of the recipe rule.
 
     Args:
@@ -124,6 +125,8 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
         seed: model and data seed.
         aligned: phase-aligned start (None: the rule's choice, `aligned_by_rule`).
         min_undemonstrated: `Mixture.min_undemonstrated` (None: the rule's, `MIN_UNDEMONSTRATED`).
+        d_head: head size (None: the rule's, `D_HEAD`; full attention `D_HEAD_FULL`); the
+            control of `experiments/control` gives full attention the compressed members' 64.
 
     Raises:
         ValueError: naming the bad argument and what is allowed.
@@ -136,6 +139,8 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                          f"or a multiple of {N_HEADS}")
     _check("width", width, 8)
     _check("seed", seed, 0)
+    if d_head is not None:
+        _check("d_head", d_head, 1)
     if layout == "deepseek-csa" and gate not in (None, "vector"):
         raise ValueError(f"gate={gate!r} is invalid for layout='deepseek-csa': allowed 'vector' (DeepSeek-V4's CSA gates)")
     gate = gate or ("vector" if layout == "deepseek-csa" else "scalar")
@@ -159,7 +164,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                                        rope_dims=DEEPSEEK_CSA.rope_dims if rope else None, local_window=LOCAL_WINDOW)
     comp = None if spec == "full" else spec
     model_cfg = ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=2, n_heads=max(N_HEADS, kv_heads),
-                            n_kv_heads=kv_heads, d_head=D_HEAD_FULL if comp is None else D_HEAD, d_mlp=3 * width,
+                            n_kv_heads=kv_heads, d_head=d_head or (D_HEAD_FULL if comp is None else D_HEAD), d_mlp=3 * width,
                             n_ctx=512, layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD)
     steps = steps_for(None if comp is None else comp.window)
     if aligned is None:
