@@ -32,6 +32,16 @@ def test_the_rule_builds_what_was_asked():
     assert (full.d_head, cfg.d_head) == (16, 64)  # full attention keeps small heads (docs/training.md)
     csa, _ = rule_recipe(layout="deepseek-csa")
     assert csa.compression(0).layout == "deepseek-csa" and csa.compression(0).gate == "vector"
+    assert rule_recipe(layout="full", d_head=64)[0].d_head == 64
+
+
+def test_the_rule_builds_the_papers_controlled_variants():
+    base, base_t = rule_recipe(8, 8)
+    cfg, tcfg = rule_recipe(8, 8, offset_bias=False, payload="shared", rope_dims=32, qk_norm=False)
+    cc = cfg.compression(0)
+    assert (cc.offset_bias, cc.payload, cc.rope, cc.rope_dims, cfg.qk_norm) == (False, "shared", "partial", 32, False)
+    assert base.compression(0).offset_bias and base.qk_norm and tcfg == base_t  # the variants change the model only
+    assert cfg.replace(qk_norm=True, layers=base.layers) == base
 
 
 def test_the_rule_starts_large_windows_and_uniform_gates_phase_aligned_at_a_seed_drawn_phase():
@@ -63,6 +73,9 @@ def test_the_rule_starts_large_windows_and_uniform_gates_phase_aligned_at_a_seed
     ({"window": 0, "stride": 1}, "window=0 is invalid: allowed an integer >= 1"),
     ({"window": 8, "stride": 8, "kv_heads": 6}, "kv_heads=6 is invalid: allowed a divisor of the 4 query heads (1, 2, 4) or a multiple of 4"),
     ({"window": 8, "stride": 8, "width": 0}, "width=0 is invalid: allowed an integer >= 8"),
+    ({"layout": "full", "d_head": 0}, "d_head=0 is invalid: allowed an integer >= 1"),
+    ({"window": 8, "stride": 8, "rope": False, "rope_dims": 16}, "rope_dims=16 is invalid with rope=False"),
+    ({"layout": "full", "offset_bias": False}, "layout='full': offset_bias, payload and rope_dims apply to layout='generic' only"),
 ])
 def test_bad_rule_arguments_raise_naming_the_value(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):

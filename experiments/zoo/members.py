@@ -27,12 +27,21 @@ ZOO: dict[str, dict[str, Any]] = {
     "w8s8-norope": {"window": 8, "stride": 8, "rope": False},
 }
 
-#: Members beyond the shipped zoo, trained with 4 seeds for the control on the harder task
-#: (`experiments/control`): full attention with the compressed members' head size, and 8 KV heads.
+#: Members beyond the shipped zoo: for the control on the harder task (`experiments/control`, 4 seeds:
+#: full attention with the compressed members' head size, 8 KV heads), and the paper's variants.
 EXTRA: dict[str, dict[str, Any]] = {
     "full-d64": {"layout": "full", "d_head": 64},
-    "full-d64-kv4": {"layout": "full", "d_head": 64, "kv_heads": 4},
+    # at the rule's lr (3e-3) full attention with d_head 64 stays on the exclusion plateau (full-d64, 2 of 2 seeds)
+    "full-d64-lr1e3": {"layout": "full", "d_head": 64, "lr": 1e-3},
+    "full-d64-kv4-lr1e3": {"layout": "full", "d_head": 64, "kv_heads": 4, "lr": 1e-3},
     "w8s8-kv8": {"window": 8, "stride": 8, "kv_heads": 8},
+    # the paper's controlled variants not in the zoo (PAPER.md section 1), 2 seeds each
+    "w8s8-nobias": {"window": 8, "stride": 8, "offset_bias": False},
+    "w8s8-shared": {"window": 8, "stride": 8, "payload": "shared"},
+    "w8s8-rope32": {"window": 8, "stride": 8, "rope_dims": 32},
+    "w8s8-noqknorm": {"window": 8, "stride": 8, "qk_norm": False},
+    "w8s6": {"window": 8, "stride": 6},
+    "w8s8-kv2": {"window": 8, "stride": 8, "kv_heads": 2},
 }
 #: Every member a run can name: the zoo and the extras.
 MEMBERS: dict[str, dict[str, Any]] = {**ZOO, **EXTRA}
@@ -49,18 +58,22 @@ def zoo_recipe(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | 
                ) -> tuple[ModelConfig, TrainConfig]:
     """The rule's configs of zoo member `name` (see `ZOO`), optionally at another width or with
     `kv_heads` KV heads instead of the member's (the larger zoo of `experiments/zoo/train_gpu.sh`)."""
-    return rule_recipe(**member(name, kv_heads), width=width, seed=seed)
+    args = member(name, kv_heads)
+    lr = args.pop("lr", None)
+    model_cfg, tcfg = rule_recipe(**args, width=width, seed=seed)
+    return model_cfg, tcfg if lr is None else tcfg.replace(lr=lr)
 
 
 def rule_options(name: str, kv_heads: int | None = None) -> list[str]:
     """The `phaseinterp train --recipe rule` options that train zoo member `name` (`zoo_recipe`'s configs)."""
     args = member(name, kv_heads)
     out = []
-    for key in ("window", "stride", "gate", "kv_heads", "layout", "d_head"):
+    for key in ("window", "stride", "gate", "kv_heads", "layout", "d_head", "payload", "rope_dims", "lr"):
         if key in args:
             out += [f"--{key.replace('_', '-')}", str(args[key])]
-    if args.get("rope") is False:
-        out.append("--no-rope")
+    for key, flag in (("rope", "--no-rope"), ("offset_bias", "--no-offset-bias"), ("qk_norm", "--no-qk-norm")):
+        if args.get(key) is False:
+            out.append(flag)
     return out
 
 

@@ -31,12 +31,14 @@ from phaseinterp.train.rule import WIDTH, table_period
 
 
 def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: int, n_boot: int, n_perm: int,
-            model=None) -> dict[str, Any]:
-    """One table row: a checkpoint under one padding protocol (`model`: the checkpoint, already loaded)."""
+            model=None, task_changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One table row: a checkpoint under one padding protocol (`model`: the checkpoint, already loaded;
+    `task_changes`: `RecordLookup` arguments that replace the card's matched task's, e.g. more records)."""
     card = json.loads(card_path.read_text())
     strides = sorted({c["stride"] for c in card["model_config"]["layers"] if c != "full"})
     modulus = table_period(period_of(strides))
-    card = {**card, "data": {**card["data"], "eval_task": rows_for(card["data"]["eval_task"], modulus)}}
+    task = {**card["data"]["eval_task"], **(task_changes or {})}
+    card = {**card, "data": {**card["data"], "eval_task": rows_for(task, modulus)}}
     curve, task = sweep_checkpoint(card_path.with_suffix(".safetensors"), card, n_per_residue=n_per_residue,
                                    task_seed=task_seed, protocol=protocol, n_boot=n_boot, n_perm=n_perm, modulus=modulus,
                                    model=model)

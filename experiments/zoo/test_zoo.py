@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments.zoo import table as zoo_table
-from experiments.zoo.members import ZOO, member, rule_options, zoo_name, zoo_recipe
+from experiments.zoo.members import EXTRA, ZOO, member, rule_options, zoo_name, zoo_recipe
 from phaseinterp.cli import main
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.rule import period, rule_recipe, table_period
@@ -140,7 +140,7 @@ def test_report_names_the_aligned_start_of_exactly_the_members_the_rule_aligns()
     assert (table["aligned start"] != "").sum() == 2 * 8  # W12/S12, W16/S16, W16/S8, uniform: 2 seeds x 2 protocols
 
 
-@pytest.mark.parametrize("name", ["w8s8-kv4", "full-kv4", "csa", "w8s8-norope", "w8s8-uniform"])
+@pytest.mark.parametrize("name", ["w8s8-kv4", "full-kv4", "csa", "w8s8-norope", "w8s8-uniform", *EXTRA])
 def test_the_training_queue_asks_the_verb_for_exactly_the_members_configs(name, tmp_path):
     from phaseinterp.commands.train import register, resolve
 

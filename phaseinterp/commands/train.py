@@ -20,7 +20,8 @@ DESCRIPTION = """Train a model and write OUT/run.json, OUT/metrics.jsonl, OUT/ch
 OUT/card.json. --preset takes a training recipe (see `phaseinterp.train.RECIPES`: the shipped
 checkpoints) or a model preset (trained with the default TrainConfig, its mixture over the model's
 whole vocabulary). --recipe rule builds model and training config for any compressor by the
-recipe rule (--window, --stride, --gate, --kv-heads, --no-rope, --layout, --aligned-start, --min-undemonstrated;
+recipe rule (--window, --stride, --gate, --kv-heads, --no-rope, --layout, --aligned-start, --min-undemonstrated,
+--d-head and the paper's variants --no-offset-bias, --payload shared, --rope-dims, --no-qk-norm;
 docs/training.md; the zoo of experiments/zoo/ is a set of such runs). --config takes a JSON file
 {"model": PRESET_NAME or ModelConfig fields or an HF model {"architecture": ..., "hf_config": {...}},
 "train": TrainConfig fields (with "mixture")}. --hf-config takes a HuggingFace config.json (or a
@@ -47,6 +48,10 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2, 4 or a multiple of 4")
     rule.add_argument("--width", type=int, help="d_model of the rule (default 64; the GPU zoo: 256)")
     rule.add_argument("--d-head", type=int, help="head size (default: the rule's, 64; full attention 16)")
+    rule.add_argument("--no-offset-bias", action="store_true", help="no gate offset bias b_i (a paper variant)")
+    rule.add_argument("--payload", choices=("per_offset", "shared"), help="payload maps C_i: per_offset (default) or shared")
+    rule.add_argument("--rope-dims", type=int, metavar="N", help="partial RoPE on N trailing channels of each head")
+    rule.add_argument("--no-qk-norm", action="store_true", help="no QK-norm (a paper variant)")
     rule.add_argument("--no-rope", action="store_true", help="no RoPE in the compressed layers")
     rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
     rule.add_argument("--aligned-start", action=argparse.BooleanOptionalAction, default=None,
@@ -83,9 +88,9 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.presets import PRESETS, preset
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
 
-    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "width", "d_head",
+    rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "width", "d_head", "payload", "rope_dims",
                                                       "aligned_start", "min_undemonstrated") if getattr(args, k, None) is not None]
-    rule_args += ["--no-rope"] if getattr(args, "no_rope", False) else []
+    rule_args += [f"--{flag}" for flag in ("no-rope", "no-offset-bias", "no-qk-norm") if getattr(args, flag.replace("-", "_"), False)]
     if getattr(args, "recipe", None) is None and rule_args:
         raise ValueError(f"{' '.join(rule_args)} apply only with --recipe rule")
     if getattr(args, "recipe", None) is not None:
@@ -136,7 +141,9 @@ def _from_rule(args: argparse.Namespace):
     width = rule.WIDTH if args.width is None else args.width
     model_cfg, tcfg = rule.rule_recipe(args.window, args.stride, gate=args.gate, kv_heads=kv_heads,
                                       rope=not args.no_rope, layout=layout, width=width, seed=seed, aligned=args.aligned_start,
-                                      min_undemonstrated=args.min_undemonstrated, d_head=args.d_head)
+                                      min_undemonstrated=args.min_undemonstrated, d_head=args.d_head,
+                                      offset_bias=not args.no_offset_bias, payload=args.payload or "per_offset",
+                                      rope_dims=args.rope_dims, qk_norm=not args.no_qk_norm)
     aligned = tcfg.mixture.aligned_steps > 0
     first = model_cfg.layers[0]
     default_aligned = rule.aligned_by_rule(None if first == "full" else first)
@@ -144,6 +151,8 @@ def _from_rule(args: argparse.Namespace):
     extras = "".join([f"-{args.gate}" if args.gate not in (None, "scalar") else "", f"-kv{kv_heads}" if kv_heads != 1 else "",
                       "-norope" if args.no_rope else "", f"-d{width}" if width != rule.WIDTH else "",
                       f"-h{args.d_head}" if args.d_head is not None else "",
+                      "-nobias" if args.no_offset_bias else "", "-shared" if args.payload == "shared" else "",
+                      f"-rope{args.rope_dims}" if args.rope_dims is not None else "", "-noqknorm" if args.no_qk_norm else "",
                       "" if aligned == default_aligned else ("-aligned" if aligned else "-unaligned"),
                       "" if args.min_undemonstrated in (None, rule.MIN_UNDEMONSTRATED) else f"-undemo{args.min_undemonstrated}"])
     return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg

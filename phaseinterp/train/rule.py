@@ -107,8 +107,9 @@ def _check(name: str, value: Any, low: int) -> None:
 
 def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: str | None = None, kv_heads: int = 1,
                 rope: bool = True, layout: str = "generic", width: int = WIDTH, seed: int = 0,
-                aligned: bool | None = None, min_undemonstrated: int | None = None, d_head: int | None = None
-                ) -> tuple[ModelConfig, TrainConfig]:
+                aligned: bool | None = None, min_undemonstrated: int | None = None, d_head: int | None = None,
+                offset_bias: bool = True, payload: str = "per_offset", rope_dims: int | None = None,
+                qk_norm: bool = True) -> tuple[ModelConfig, TrainConfig]:
     """(ModelConfig, TrainConfig) of the recipe rule.
 
     Args:
@@ -127,6 +128,10 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
         min_undemonstrated: `Mixture.min_undemonstrated` (None: the rule's, `MIN_UNDEMONSTRATED`).
         d_head: head size (None: the rule's, `D_HEAD`; full attention `D_HEAD_FULL`); the
             control of `experiments/control` gives full attention the compressed members' 64.
+        offset_bias, payload, rope_dims: the paper's controlled variants of the generic layout: no
+            offset bias b_i, one "shared" payload map instead of "per_offset" maps, partial RoPE on
+            `rope_dims` trailing channels (None: RoPE on all, or none with rope=False).
+        qk_norm: False drops QK-norm (the paper's "no QK-norm" variant).
 
     Raises:
         ValueError: naming the bad argument and what is allowed.
@@ -149,9 +154,14 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             raise ValueError("layout='generic' needs window and stride (e.g. window=8, stride=8)")
         _check("window", window, 1)
         _check("stride", stride, 1)
-        spec = CompressionConfig(window=window, stride=stride, gate=gate, rope="full" if rope else "none",
-                                 local_window=LOCAL_WINDOW)
+        if rope_dims is not None and not rope:
+            raise ValueError(f"rope_dims={rope_dims} is invalid with rope=False: partial RoPE needs RoPE")
+        spec = CompressionConfig(window=window, stride=stride, gate=gate, offset_bias=offset_bias, payload=payload,
+                                 rope="none" if not rope else "full" if rope_dims is None else "partial",
+                                 rope_dims=rope_dims, local_window=LOCAL_WINDOW)
     else:
+        if not offset_bias or payload != "per_offset" or rope_dims is not None:
+            raise ValueError(f"layout={layout!r}: offset_bias, payload and rope_dims apply to layout='generic' only")
         if window is not None or stride is not None:
             raise ValueError(f"layout={layout!r} fixes the window and stride: pass neither (got window={window!r}, "
                              f"stride={stride!r})")
@@ -165,7 +175,8 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
     comp = None if spec == "full" else spec
     model_cfg = ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=2, n_heads=max(N_HEADS, kv_heads),
                             n_kv_heads=kv_heads, d_head=d_head or (D_HEAD_FULL if comp is None else D_HEAD), d_mlp=3 * width,
-                            n_ctx=512, layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD)
+                            n_ctx=512, layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD,
+                            qk_norm=qk_norm)
     steps = steps_for(None if comp is None else comp.window)
     if aligned is None:
         aligned = aligned_by_rule(comp)
