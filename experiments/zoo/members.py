@@ -42,7 +42,12 @@ EXTRA: dict[str, dict[str, Any]] = {
     "w8s8-noqknorm": {"window": 8, "stride": 8, "qk_norm": False},
     "w8s6": {"window": 8, "stride": 6},
     "w8s8-kv2": {"window": 8, "stride": 8, "kv_heads": 2},
+    # the rule's generalization sweep (`SWEEP`): pairs that are not zoo members, W = S and overlapping
+    **{f"w{w}s{s}": {"window": w, "stride": s} for w, s in ((3, 3), (6, 6), (10, 10), (20, 20), (6, 3), (10, 5),
+                                                             (14, 7), (24, 12))},
 }
+#: The generalization sweep of the recipe rule (issue 32): window 3 to 24, W = S and overlapping.
+SWEEP = ("w3s3", "w6s6", "w10s10", "w20s20", "w6s3", "w10s5", "w14s7", "w24s12")
 #: Every member a run can name: the zoo and the extras.
 MEMBERS: dict[str, dict[str, Any]] = {**ZOO, **EXTRA}
 
@@ -84,4 +89,4 @@ def zoo_name(name: str, seed: int = 0, *, width: int = WIDTH, kv_heads: int | No
     return f"zoo-{name}{extras}-s{seed}"
 
 
-__all__ = ["EXTRA", "MEMBERS", "ZOO", "member", "rule_options", "zoo_name", "zoo_recipe"]
+__all__ = ["EXTRA", "MEMBERS", "SWEEP", "ZOO", "member", "rule_options", "zoo_name", "zoo_recipe"]
