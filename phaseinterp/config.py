@@ -41,7 +41,10 @@ def _check_bool(name: str, value: Any) -> None:
 
 
 def check_known_fields(cls: type, d: dict[str, Any]) -> None:
-    """Raise a ValueError naming keys of `d` that are not fields of dataclass `cls`."""
+    """Raise a ValueError naming keys of `d` that are not fields of dataclass `cls` (or `d` itself
+    when it is not a dict: a string would otherwise be read as its characters)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{cls.__name__} fields must be a dict (a JSON object), got {type(d).__name__} {d!r}")
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - known
     if unknown:
@@ -279,6 +282,7 @@ class ModelConfig:
         layers = self.layers
         if layers is None:
             layers = ("full",) * self.n_layers
+        _check_layer_list(layers)
         layers = tuple(_compression_from_dict(s) if isinstance(s, dict) else s for s in layers)
         if len(layers) != self.n_layers:
             raise _bad("layers", f"<{len(layers)} entries>", f"exactly n_layers = {self.n_layers} entries")
@@ -332,11 +336,20 @@ class ModelConfig:
         check_known_fields(cls, d)
         d = dict(d)
         if d.get("layers") is not None:
+            _check_layer_list(d["layers"])
+            for i, spec in enumerate(d["layers"]):
+                if spec != "full" and not isinstance(spec, dict):
+                    raise _bad(f"layers[{i}]", spec, "'full' or a dict of CompressionConfig fields")
             d["layers"] = tuple(s if s == "full" else _compression_from_dict(s) for s in d["layers"])
         return cls(**d)
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _check_layer_list(layers: Any) -> None:
+    if not isinstance(layers, (list, tuple)):
+        raise _bad("layers", layers, "a list with one entry per layer, each 'full' or a CompressionConfig (or its dict)")
 
 
 def _compression_from_dict(d: dict[str, Any]) -> CompressionConfig:

@@ -34,6 +34,7 @@ from typing import Any
 
 from phaseinterp import catalog
 from phaseinterp.checkpoint import load as load_checkpoint
+from phaseinterp.checkpoint import read_metadata
 from phaseinterp.families import ModelFamily, family_of_model
 
 #: Where a training run keeps its checkpoints, and their names (N = step, zero-padded to 6 digits).
@@ -97,6 +98,21 @@ def read_card(path: str | os.PathLike) -> dict:
     if not isinstance(card, dict):
         raise ValueError(f"card {str(path)!r} is invalid: allowed a JSON object")
     return card
+
+
+def check_card(card: dict, weights: str | os.PathLike, card_path: str | os.PathLike | None = None) -> None:
+    """Refuse a card whose `model_config` is not the checkpoint's own config: tables and labels read
+    the architecture from the card, so a mismatched card would mislabel every result."""
+    ours = card.get("model_config")
+    theirs = read_metadata(weights)["config"]
+    if ours is None or ours == theirs:
+        return
+    fields = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)) \
+        if isinstance(ours, dict) and isinstance(theirs, dict) else ["model_config"]
+    where = f" ({str(card_path)!r})" if card_path else ""
+    raise ValueError(f"card {card.get('name')!r}{where} describes another model than {str(weights)!r}: model_config "
+                     f"differs from the checkpoint's config in {fields}; ship card and weights together (`--ship`) "
+                     "or pass the right card")
 
 
 def _card_of_checkpoint(path: Path) -> Path | None:
@@ -169,6 +185,8 @@ def resolve_source(source: str | os.PathLike, device: str = "cpu", *, card: str 
                                 "HuggingFace model folder or a shipped model name (phaseinterp.models())")
     if info is None and card_path:  # a run folder's card was read above, to pick its checkpoint
         info = read_card(card_path)
+    if info is not None and weights.is_file():
+        check_card(info, weights, card_path)
     return LoadedModel(model=model, family=family_of_model(model), card=info, path=weights, card_path=card_path)
 
 
@@ -194,4 +212,4 @@ def load(source: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: boo
 
 
 __all__ = ["LoadedModel", "RUN_CHECKPOINTS", "checkpoint_path", "is_name", "latest_checkpoint", "list_checkpoints", "load",
-           "read_card", "resolve_source"]
+           "check_card", "read_card", "resolve_source"]

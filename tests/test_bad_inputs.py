@@ -175,3 +175,66 @@ def test_hook_names_that_do_not_exist(unchecked, name):
 @given(fn=junk)
 def test_hook_functions_that_are_not_callable(unchecked, fn):
     assert "blocks.0.hook_resid_pre" in str(refused(lambda: MODEL.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.hook_resid_pre", fn)])))
+
+
+@SETTINGS
+@given(field=st.sampled_from(["vocab_size", "seq_len", "n_records", "n_demos", "target_index"]), value=junk)
+def test_task_fields_name_themselves(unchecked, field, value):
+    # a float where an integer belongs used to end in a bare TypeError from inside the task code
+    try:
+        task = RecordLookup(**{"vocab_size": 256, "n_records": 10, "n_demos": 2, "seq_len": 96, field: value})
+    except DOCUMENTED as e:
+        assert f"{field}=" in str(e) or "vocab_size" in str(e) or "pools" in str(e)
+        return
+    assert task.sample(1, 4, seed=0).tokens.shape[0] >= 1  # accepted: it samples
+
+
+@pytest.mark.parametrize("field, value", [("vocab_size", 256.0), ("seq_len", 64.0), ("n_records", 10.0),
+                                          ("target_index", 1.0)])
+def test_a_float_where_a_task_integer_belongs_names_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"^{field}={value!r} out of range: must be an integer"):
+        RecordLookup(**{"vocab_size": 256, "n_records": 10, "seq_len": 96, field: value})
+
+
+def test_an_empty_batch_is_refused_before_the_sweep():
+    from phaseinterp.measure import evaluate_correct, phase_sweep
+
+    empty = BATCH[torch.zeros(len(BATCH), dtype=torch.bool)]
+    for fn in (lambda: phase_sweep(MODEL, empty, progress=False), lambda: evaluate_correct(MODEL, empty, progress=False)):
+        with pytest.raises(ValueError, match="^batch has 0 rows"):
+            fn()
+
+
+@pytest.mark.parametrize("layers, named", [("full", "layers='full'"), ({"window": 4}, "layers={'window': 4}"),
+                                           (["full", "w4s4"], "layers[1]='w4s4'"), (["full", 3], "layers[1]=3")])
+def test_a_config_list_given_as_another_container_names_the_field(layers, named):
+    good = preset("tiny-w4s4").to_dict()
+    with pytest.raises(ValueError) as info:
+        ModelConfig.from_dict({**good, "layers": layers})
+    assert str(info.value).startswith(named) and "unknown" not in str(info.value)
+
+
+def test_a_mixture_with_too_small_a_vocabulary_names_vocab_size():
+    from phaseinterp.train.data import Mixture
+
+    with pytest.raises(ValueError, match=r"^vocab_size=20 is invalid: allowed >= 33, whose filler pool"):
+        Mixture(vocab_size=20, seq_len=64, max_records=4, min_demos=1, max_demos=3)
+    assert Mixture(vocab_size=33, seq_len=64, max_records=4, min_demos=1, max_demos=3).vocab_size == 33
+    with pytest.raises(ValueError, match=r"^vocab_size=20 is invalid"):
+        Mixture(vocab_size=20, seq_len=64, max_records=4, min_demos=1, max_demos=3, lm_branching=3)
+    assert Mixture(vocab_size=20, seq_len=64, max_records=4, min_demos=1, max_demos=3, lm_branching=2).lm_branching == 2
+
+
+def test_a_card_that_contradicts_its_weights_is_refused(tmp_path):
+    from phaseinterp.sources import read_card
+
+    src = phaseinterp.load("w4s4")
+    (tmp_path / "w4s4.safetensors").write_bytes(src.path.read_bytes())
+    card = read_card(src.card_path)
+    (tmp_path / "w4s4.json").write_text(json.dumps(card))
+    assert phaseinterp.load(tmp_path / "w4s4.safetensors").card["name"] == card["name"]
+    wrong = {**card, "model_config": {**card["model_config"], "n_kv_heads": 4, "d_head": 32}}
+    (tmp_path / "w4s4.json").write_text(json.dumps(wrong))
+    with pytest.raises(ValueError, match=r"describes another model than .*: model_config differs from the checkpoint's "
+                                         r"config in \['d_head', 'n_kv_heads'\]"):
+        phaseinterp.load(tmp_path / "w4s4.safetensors")

@@ -92,6 +92,9 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} out of range [1, inf)")
+    if len(batch) == 0:
+        raise ValueError("batch has 0 rows: allowed a batch with at least one row (RecordLookup(...).sample(n_per_residue >= 1, "
+                         "modulus)); a filter may have removed every row")
     model = _resolve(model)
     dev = _device(model, device)
     out = []

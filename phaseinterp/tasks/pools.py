@@ -78,8 +78,8 @@ class TokenPools:
         Raises:
             ValueError: on a vocabulary too small or parameters out of range.
         """
-        if vocab_size < 8:
-            raise ValueError(f"vocab_size={vocab_size} is too small; need at least 8")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 8:
+            raise ValueError(f"vocab_size={vocab_size!r} is invalid: allowed an integer >= 8")
         if not 0 <= bos_id < vocab_size:
             raise ValueError(f"bos_id={bos_id} out of range [0, {vocab_size})")
         if not 0 < filler_fraction <= 0.5:

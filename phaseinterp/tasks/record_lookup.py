@@ -104,6 +104,9 @@ class RecordLookup:
         for name, low in [("n_records", 1), ("n_demos", 0), ("key_len", 1), ("value_len", 1),
                           ("n_distractors", 0), ("n_values", 1), ("n_queries", 1), ("spread", 1)]:
             _at_least(name, getattr(self, name), low)
+        for name, low in (("vocab_size", 8), ("seq_len", 1), ("target_index", 0)):
+            if getattr(self, name) is not None:
+                _at_least(name, getattr(self, name), low)
         check_protocol(self.protocol)
         if self.pools is None:
             if self.vocab_size is None:

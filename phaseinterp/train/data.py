@@ -24,6 +24,7 @@ split the evaluation task uses.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
@@ -167,7 +168,12 @@ class Mixture:
             raise _bad("seq_len", self.seq_len, f">= {need} (BOS + {self.max_records} records + {self.max_demos} demos + query)")
         pools = self.pools
         n_fill = len(pools.filler)
-        _int("lm_branching", self.lm_branching, 1, n_fill)
+        _int("lm_branching", self.lm_branching, 1)
+        if n_fill < self.lm_branching:  # the filler pool is derived from vocab_size: name what the user set
+            need = math.ceil(self.lm_branching / self.filler_fraction) + 1
+            raise _bad("vocab_size", self.vocab_size, f">= {need}, whose filler pool (filler_fraction={self.filler_fraction}) "
+                       f"holds the lm_branching={self.lm_branching} successors of each language token (it has {n_fill}); "
+                       "or lower lm_branching")
         for name in ("keys", "values"):
             if len(getattr(pools, name)) < self.max_records:
                 raise _bad("max_records", self.max_records, f"<= {len(getattr(pools, name))} (size of the {name} pool at vocab_size={self.vocab_size})")

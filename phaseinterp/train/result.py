@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from phaseinterp.checkpoint import load, read_metadata
+from phaseinterp.checkpoint import load
 from phaseinterp.measure import phase_sweep
+from phaseinterp.sources import check_card
 from phaseinterp.tasks import RecordLookup
 
 MODULUS = 8
@@ -26,9 +27,7 @@ def sweep_checkpoint(path: Path, card: dict[str, Any], *, n_per_residue: int, ta
     """PhaseCurve of one shipped checkpoint on its card's matched task, residues mod `modulus`;
     a card whose model config disagrees with the checkpoint's raises (it would mislabel results).
     `model`: the checkpoint already loaded (`checkpoint.load(path)`), to sweep it again without reloading."""
-    if card.get("model_config") is not None and card["model_config"] != read_metadata(path)["config"]:
-        raise ValueError(f"card {card.get('name')!r} describes another model than {str(path)!r} (model_config "
-                         "differs from the checkpoint's config): ship card and weights together (`--ship`)")
+    check_card(card, path)
     model = (load(path) if model is None else model).eval()
     task_kwargs = {**card["data"]["eval_task"], "protocol": protocol}
     task = RecordLookup(**task_kwargs)
