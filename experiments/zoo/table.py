@@ -88,7 +88,11 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int, loss_curves: str = 
             f"{r['best_residue']} | {r['dominant_period'] if r['dominant_period'] is not None else 'none'} | {r['verdict']} | "
             f"{_exclusion_text(r.get('training_rows'))} |")
     curves = "\n".join(f"- {r['model']} ({r['protocol']}): " + " ".join(f"{100 * a:.0f}" for a in r["accuracy"]) for r in rows)
-    return (f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
+    return ("Each row is one seed of one member. Seeds are the unit: each member across its seeds (share learned with "
+            "its Wilson interval, median and range of mean, worst residue and held-out gap, the member curve with a "
+            "two-level bootstrap) is in `assets/results/zoo_members.md`, built from this table's per-example "
+            "correctness by `python -m experiments.zoo.members_table`.\n\n"
+            f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
             f"mod R = lcm(S, 8) doubled to span two periods (full attention: 8, tested against period {FULL_PERIOD}); "
             "rows lengthened where training rows could not place every residue. Intervals: "
             "2,000-replicate logical-example cluster bootstrap; verdicts: permutation tests at 5%; dominant period: the "

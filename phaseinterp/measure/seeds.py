@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import base64
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from phaseinterp.measure.gap import heldout_gap, split_halves
 from phaseinterp.measure.intervals import percentile_interval, wilson_interval
+from phaseinterp.measure.provenance import jsonable
 
 #: The statistics `SeedSpread` reports across seeds (per seed: `seed_statistics`).
 STATISTICS = ("mean", "worst", "gap_pp", "gap_heldout_pp")
@@ -113,7 +114,7 @@ class MemberSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (nan -> None)."""
-        return _jsonable(asdict(self))
+        return jsonable(self)
 
 
 def correct_matrix(correct: Any, residue: Any, example_id: Any, modulus: int) -> np.ndarray:
@@ -276,18 +277,6 @@ def _heldout(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return best - worst
 
     return np.asarray(100 * (measured(a, b) + measured(b, a)) / 2)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return None if math.isnan(x) else float(x)
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
 
 
 __all__ = ["MemberCurve", "MemberSummary", "STATISTICS", "SeedRun", "SeedSpread", "correct_matrix", "member_curve",
