@@ -13,7 +13,7 @@ Example:
     ...         for i in range(3)]
     >>> s = member_summary(runs, n_boot=200)
     >>> s.n_seeds, s.n_learned, [round(x, 3) for x in s.learned_interval]
-    (3, 3, [0.438, 1.0])
+    (3, 3, [0.439, 1.0])
     >>> lo, hi = s.curves["all"].mean_interval
     >>> bool(lo < s.curves["all"].mean < hi)
     True
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -110,7 +110,6 @@ class MemberSummary:
     spread: dict[str, SeedSpread | None]
     curves: dict[str, MemberCurve | None]
     confidence: float = 0.95
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (nan -> None)."""
