@@ -33,8 +33,9 @@ OUT = Path("assets/results")
 TOLERANCE = 1e-9
 
 
-def load_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """Every row of `FOLDER/zoo.json` over `folders`, and the sources (path, sha256) they came from."""
+def load_rows(folders: list[Path], task_seed: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Every row of `FOLDER/zoo.json` over `folders`, and the sources (path, sha256) they came from;
+    `task_seed`: every folder must have been swept with it (the held-out split of each seed uses it)."""
     rows, sources, seen = [], [], {}
     for folder in folders:
         path = folder / "zoo.json"
@@ -42,7 +43,11 @@ def load_rows(folders: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str,
             raise FileNotFoundError(f"{str(path)!r} does not exist: give folders written by `python -m experiments.zoo.table`")
         data = path.read_bytes()
         sources.append({"path": path.as_posix(), "sha256": hashlib.sha256(data).hexdigest()})
-        for r in json.loads(data)["rows"]:
+        table = json.loads(data)
+        if task_seed is not None and table.get("protocol", {}).get("task_seed", task_seed) != task_seed:
+            raise ValueError(f"{str(path)!r} was swept with task_seed={table['protocol']['task_seed']}, the member table "
+                             f"splits examples with seed={task_seed}: allowed one task seed for every folder")
+        for r in table["rows"]:
             key = (r["model"], r["protocol"])
             if key in seen:
                 raise ValueError(f"{r['model']} ({r['protocol']}) is in both {seen[key]!r} and {str(path)!r}: a seed counts once")
@@ -66,6 +71,10 @@ def member_rows(rows: list[dict[str, Any]], *, n_boot: int = 2000, confidence: f
         moduli = sorted({r["modulus"] for r in runs})
         if len(moduli) > 1:
             raise ValueError(f"member {member} ({protocol}): its seeds were swept at residues mod {moduli}: one modulus per member")
+        tasks = {json.dumps(r.get("task"), sort_keys=True) for r in runs}
+        if len(tasks) > 1:  # e.g. a control folder on a harder task: its seeds are another member's
+            raise ValueError(f"member {member} ({protocol}): its seeds were evaluated on {len(tasks)} different tasks "
+                             f"({sorted(tasks)}): build one member table per task")
         summary = member_summary([SeedRun(unpack_correct(r["correct"]["bits"], r["correct"]["examples"]), r["learned"],
                                           label=r["model"]) for r in runs], n_boot=n_boot, confidence=confidence, seed=seed)
         for r, s in zip(runs, summary.per_seed):
@@ -104,7 +113,7 @@ def _accuracy(row: dict[str, Any]) -> list[float]:
 
 def build(folders: list[Path], *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> dict[str, Any]:
     """The member table's payload (what `zoo_members.json` holds)."""
-    rows, sources = load_rows(folders)
+    rows, sources = load_rows(folders, task_seed=seed)
     return jsonable({"sources": sources, "settings": {"n_boot": n_boot, "confidence": confidence, "seed": seed},
                      "members": member_rows(rows, n_boot=n_boot, confidence=confidence, seed=seed), "versions": versions()})
 

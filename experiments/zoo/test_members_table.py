@@ -17,12 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_shipped_member_table_is_fresh_against_the_zoo_tables(monkeypatch, capsys):
-    if not (ROOT / "assets" / "results" / "zoo_members.json").is_file():
+    path = ROOT / "assets" / "results" / "zoo_members.json"
+    if not path.is_file():
         pytest.skip("no member table shipped")
+    shipped = json.loads(path.read_text())
+    folders = [str(Path(s["path"]).parent) for s in shipped["sources"]]  # the folders it was built from
+    assert {"assets/results", "assets/results/zoo-seeds"} <= set(folders)
     monkeypatch.chdir(ROOT)  # the table names its sources and command relative to the repository
-    assert members_table.main(["--check"]) == 0, capsys.readouterr().err
-    shipped = json.loads((ROOT / "assets" / "results" / "zoo_members.json").read_text())
-    zoo = [r for f in ("zoo.json", "zoo-seeds/zoo.json") for r in json.loads((ROOT / "assets" / "results" / f).read_text())["rows"]]
+    assert members_table.main([*folders, "--out", "assets/results", "--check"]) == 0, capsys.readouterr().err
+    zoo = [r for f in folders for r in json.loads((ROOT / f / "zoo.json").read_text())["rows"]]
     for m in shipped["members"]:  # every (member, protocol) row of every table folder is counted once
         runs = [r for r in zoo if r["member"] == m["member"] and r["protocol"] == m["protocol"]]
         assert m["n_seeds"] == len(runs) and m["n_learned"] == sum(r["learned"] for r in runs)
@@ -86,5 +89,15 @@ def test_bad_tables_are_named(tmp_path):
     (folders[1] / "zoo.json").write_text(json.dumps(table))
     with pytest.raises(ValueError, match="has no per-example correctness"):
         members_table.build(folders, n_boot=10)
+    other = json.loads((folders[0] / "zoo.json").read_text())
+    for r in other["rows"]:
+        r["model"], r["task"] = r["model"] + "0", {"seq_len": 128}  # a harder task for seed 00 of the same member
+    (tmp_path / "control").mkdir()
+    (tmp_path / "control" / "zoo.json").write_text(json.dumps({**other, "protocol": {"task_seed": 0}}))
+    with pytest.raises(ValueError, match="evaluated on 2 different tasks"):
+        members_table.build([folders[0], tmp_path / "control"], n_boot=10)
+    (tmp_path / "control" / "zoo.json").write_text(json.dumps({**other, "protocol": {"task_seed": 3}}))
+    with pytest.raises(ValueError, match="swept with task_seed=3"):
+        members_table.build([folders[0], tmp_path / "control"], n_boot=10)
     with pytest.raises(FileNotFoundError, match="experiments.zoo.table"):
         members_table.build([tmp_path / "nowhere"], n_boot=10)
