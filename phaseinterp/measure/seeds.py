@@ -228,7 +228,8 @@ def member_curve(runs: list[SeedRun], *, n_boot: int = 2000, confidence: float =
 
     Replicate b draws S seed slots with replacement (numpy PCG64 seeded by [seed, 1]); slot j's seed s
     gets multinomial example weights w (E_s examples drawn with replacement; PCG64 seeded by `seed`, the
-    stream `cluster_bootstrap` uses) and the curve w X_s / E_s; the replicate of M is the slots' average.
+    stream `cluster_bootstrap` uses, seed after seed over the slots that drew it, in replicate order) and
+    the curve w X_s / E_s; the replicate of M is the slots' average. Memory: O(n_boot S R).
     With one seed this is `cluster_bootstrap` of that seed, replicate for replicate. The gaps resample
     the examples of each half of every slot's seed separately, and pick their residues anew in every
     replicate (the selection is part of what is resampled)."""
@@ -238,22 +239,19 @@ def member_curve(runs: list[SeedRun], *, n_boot: int = 2000, confidence: float =
     pick = np.random.default_rng([seed, 1]).integers(S, size=(n_boot, S))
     weights = np.random.default_rng(seed)
     halves = np.random.default_rng([seed, 2])
-    full = np.empty((S, n_boot, S, R))
-    half_a, half_b = np.empty((S, n_boot, S, R)), np.empty((S, n_boot, S, R))
+    # replicate b, slot j: the curve of the seed drawn for it (whole, and each half); only drawn slots are computed
+    full_r, a_r, b_r = np.empty((n_boot, S, R)), np.empty((n_boot, S, R)), np.empty((n_boot, S, R))
     point_a, point_b = np.empty((S, R)), np.empty((S, R))
     for s, run in enumerate(runs):
         x = run.correct.astype(np.float64)
-        E = len(x)
-        w = weights.multinomial(E, np.full(E, 1.0 / E), size=(n_boot, S)).astype(np.float64)
-        full[s] = w @ x / E
+        E, slots = len(x), pick == s
+        drawn = int(slots.sum())
+        full_r[slots] = weights.multinomial(E, np.full(E, 1.0 / E), size=drawn) @ x / E
         in_b = split_halves(E, seed)
-        for part, out, point in ((x[~in_b], half_a, point_a), (x[in_b], half_b, point_b)):
+        for part, out, point in ((x[~in_b], a_r, point_a), (x[in_b], b_r, point_b)):
             n = len(part)
-            out[s] = halves.multinomial(n, np.full(n, 1.0 / n), size=(n_boot, S)) @ part / n
+            out[slots] = halves.multinomial(n, np.full(n, 1.0 / n), size=drawn) @ part / n
             point[s] = part.mean(0)
-    slots = np.arange(S)
-    # replicate b, slot j: the curves of the seed drawn for that slot
-    full_r, a_r, b_r = (arr[pick, np.arange(n_boot)[:, None], slots[None, :]] for arr in (full, half_a, half_b))
     curve = np.mean([r.correct.mean(0) for r in runs], 0)
     reps = full_r.mean(1)
     lo, hi = percentile_interval(reps, confidence)
