@@ -104,6 +104,8 @@ def test_bad_input_is_named():
         member_summary([])
     with pytest.raises(ValueError, match=re.escape("have [4, 5] residues")):
         member_summary([_seed(rng, [0.5] * 4), _seed(rng, [0.5] * 5)])
+    with pytest.raises(ValueError, match=re.escape("member_curve: the seeds' matrices have [3, 4] residues")):
+        member_curve([_seed(rng, [0.5] * 3), _seed(rng, [0.5] * 4)])
     with pytest.raises(ValueError, match="n_boot=0 out of range"):
         member_summary([_seed(rng, [0.5] * 4)], n_boot=0)
     with pytest.raises(ValueError, match="confidence=1.5 out of range"):

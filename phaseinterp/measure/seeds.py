@@ -193,15 +193,7 @@ def member_summary(runs: list[SeedRun], *, n_boot: int = 2000, confidence: float
     Raises:
         ValueError: no runs, residue counts that differ, n_boot < 1 or confidence outside (0, 1).
     """
-    if not runs:
-        raise ValueError("member_summary: no seeds (runs is empty): allowed one or more SeedRun")
-    widths = sorted({r.correct.shape[1] for r in runs})
-    if len(widths) > 1:
-        raise ValueError(f"member_summary: the seeds' matrices have {widths} residues: all seeds need the same residues")
-    if n_boot < 1:
-        raise ValueError(f"n_boot={n_boot} out of range [1, inf)")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence={confidence} out of range (0, 1)")
+    _check("member_summary", runs, n_boot, confidence)
     per_seed = [seed_statistics(r, seed=seed) for r in runs]
     k = sum(r.learned for r in runs)
     lo, hi = wilson_interval(np.array([k]), np.array([len(runs)]), confidence)
@@ -209,7 +201,7 @@ def member_summary(runs: list[SeedRun], *, n_boot: int = 2000, confidence: float
     return MemberSummary(
         n_seeds=len(runs), n_learned=k, learned_share=k / len(runs), learned_interval=(float(lo[0]), float(hi[0])),
         per_seed=per_seed, confidence=confidence,
-        spread={"all": seed_spread(per_seed), "learned": seed_spread([s for s in per_seed if s["learned"]]) or None},
+        spread={"all": seed_spread(per_seed), "learned": seed_spread([s for s in per_seed if s["learned"]])},
         curves={"all": member_curve(runs, n_boot=n_boot, confidence=confidence, seed=seed),
                 "learned": member_curve(learned, n_boot=n_boot, confidence=confidence, seed=seed) if learned else None})
 
@@ -233,8 +225,7 @@ def member_curve(runs: list[SeedRun], *, n_boot: int = 2000, confidence: float =
     With one seed this is `cluster_bootstrap` of that seed, replicate for replicate. The gaps resample
     the examples of each half of every slot's seed separately, and pick their residues anew in every
     replicate (the selection is part of what is resampled)."""
-    if not runs:
-        raise ValueError("member_curve: no seeds (runs is empty): allowed one or more SeedRun")
+    _check("member_curve", runs, n_boot, confidence)
     S, R = len(runs), runs[0].correct.shape[1]
     pick = np.random.default_rng([seed, 1]).integers(S, size=(n_boot, S))
     weights = np.random.default_rng(seed)
@@ -264,6 +255,18 @@ def member_curve(runs: list[SeedRun], *, n_boot: int = 2000, confidence: float =
         gap_heldout_pp=float(_heldout(point_a.mean(0), point_b.mean(0))), gap_interval_pp=interval(member_gap),
         seed_gap_pp=float(_heldout(point_a, point_b).mean()), seed_gap_interval_pp=interval(seed_gaps),
         n_seeds=S, n_boot=n_boot, confidence=confidence, seed=seed)
+
+
+def _check(name: str, runs: list[SeedRun], n_boot: int, confidence: float) -> None:
+    if not runs:
+        raise ValueError(f"{name}: no seeds (runs is empty): allowed one or more SeedRun")
+    widths = sorted({r.correct.shape[1] for r in runs})
+    if len(widths) > 1:
+        raise ValueError(f"{name}: the seeds' matrices have {widths} residues: all seeds need the same residues")
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} out of range [1, inf)")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence} out of range (0, 1)")
 
 
 def _heldout(a: np.ndarray, b: np.ndarray) -> np.ndarray:
