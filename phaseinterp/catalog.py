@@ -33,7 +33,7 @@ MANIFEST = Path(__file__).resolve().parent / "catalog.json"
 PACKAGE_DATA = [
     "checkpoints/*.safetensors", "checkpoints/*.json", "checkpoints/w4s4/*.safetensors",
     "results/mitigations/mitigations.json", "results/mitigations/knockout/*.json", "results/zoo.json",
-    "results/zoo-seeds/zoo.json", "results/smollm2.json", "results/nsa.json",
+    "results/zoo-seeds/zoo.json", "results/zoo_members.json", "results/smollm2.json", "results/nsa.json",
 ]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from experiments.zoo.members import MEMBERS, ZOO, zoo_name
 from phaseinterp.config import period_of
-from phaseinterp.measure import dominant_period
+from phaseinterp.measure import correct_matrix, dominant_period, pack_correct
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.tasks.names import PROTOCOLS
 from phaseinterp.train.evaluate import LEARNED_BEST, accuracy_by_undemonstrated, exclusion_summary, rows_for
@@ -55,7 +55,15 @@ def zoo_row(card_path: Path, protocol: str, *, n_per_residue: int, task_seed: in
         "p_periodic": s["p_periodic"], "test_period": curve.period, "verdict": s["verdict"],
         "dominant_period": dominant_period(curve.accuracy), "accuracy": [float(a) for a in curve.accuracy], "task": task,
         "aligned_start": aligned_start(card["train_config"]["mixture"]),
+        "correct": packed_correct(curve),
     }
+
+
+def packed_correct(curve) -> dict[str, Any]:
+    """The curve's per-example correctness, compactly (`measure.pack_correct`): what the member table's
+    two-level bootstrap resamples (`python -m experiments.zoo.members_table`)."""
+    matrix = correct_matrix(curve.correct, curve.residue, curve.example_id, curve.modulus)
+    return {"examples": int(matrix.shape[0]), "bits": pack_correct(matrix)}
 
 
 def aligned_start(mixture: dict[str, Any]) -> dict[str, int] | None:
@@ -82,7 +90,11 @@ def markdown(rows: list[dict[str, Any]], n_per_residue: int, loss_curves: str = 
             f"{r['best_residue']} | {r['dominant_period'] if r['dominant_period'] is not None else 'none'} | {r['verdict']} | "
             f"{_exclusion_text(r.get('training_rows'))} |")
     curves = "\n".join(f"- {r['model']} ({r['protocol']}): " + " ".join(f"{100 * a:.0f}" for a in r["accuracy"]) for r in rows)
-    return (f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
+    return ("Each row is one seed of one member. Seeds are the unit: each member across its seeds (share learned with "
+            "its Wilson interval, median and range of mean, worst residue and held-out gap, the member curve with a "
+            "two-level bootstrap) is in `assets/results/zoo_members.md`, built from this table's per-example "
+            "correctness by `python -m experiments.zoo.members_table`.\n\n"
+            f"Record lookup on each card's matched task, {n_per_residue} logical examples per residue, residues "
             f"mod R = lcm(S, 8) doubled to span two periods (full attention: 8, tested against period {FULL_PERIOD}); "
             "rows lengthened where training rows could not place every residue. Intervals: "
             "2,000-replicate logical-example cluster bootstrap; verdicts: permutation tests at 5%; dominant period: the "
@@ -154,7 +166,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
                                 f"Reproduce: `{command}`.\n\n" + note + markdown(rows, n_per_residue, checkpoints.as_posix()))
     payload = {"protocol": settings, "rows": rows, "not_trained": missing, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
-    flat = [{**{k: v for k, v in r.items() if k not in ("accuracy", "task", "training_rows")},
+    flat = [{**{k: v for k, v in r.items() if k not in ("accuracy", "task", "training_rows", "correct")},
              **{f"training_rows_{k}": v for k, v in (r.get("training_rows") or {}).items()}} for r in rows]
     pd.DataFrame(flat).to_csv(out / "zoo.csv", index=False)
     return rows

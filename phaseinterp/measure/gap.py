@@ -40,8 +40,7 @@ def heldout_gap(correct: Bool[np.ndarray, " row"], residue: Int[np.ndarray, " ro
     """
     _, cid = np.unique(cluster, return_inverse=True)
     rng = np.random.default_rng([seed, 0x6A9])
-    half = rng.permutation(int(cid.max()) + 1) % 2 == 1  # cluster -> half; sizes differ by at most one
-    in_b = half[cid]
+    in_b = _split(rng, int(cid.max()) + 1)[cid]
     sides = []
     for pick, measure in ((~in_b, in_b), (in_b, ~in_b)):
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -59,6 +58,18 @@ def heldout_gap(correct: Bool[np.ndarray, " row"], residue: Int[np.ndarray, " ro
     point = 100 * (sides[0][0] + sides[1][0]) / 2
     lo, hi = percentile_interval(100 * (sides[0][1] + sides[1][1]) / 2, confidence)
     return float(point), (float(lo), float(hi))
+
+
+def split_halves(n_clusters: int, seed: int = 0) -> np.ndarray:
+    """The held-out gap's random halves: per cluster (in sorted id order), True for half B. Sizes differ
+    by at most one; the same split `heldout_gap` draws with this seed."""
+    if n_clusters < 2:
+        raise ValueError(f"n_clusters={n_clusters} out of range [2, inf): two halves need two clusters")
+    return _split(np.random.default_rng([seed, 0x6A9]), n_clusters)
+
+
+def _split(rng: np.random.Generator, n_clusters: int) -> np.ndarray:
+    return rng.permutation(n_clusters) % 2 == 1
 
 
 #: table header of `gap_text` cells, and the sentence that explains them
@@ -83,4 +94,4 @@ def heldout_text(heldout_pp: float, interval: tuple[float, float] | list[float])
     return f"{heldout_pp:.1f} [{interval[0]:.1f}, {interval[1]:.1f}]"
 
 
-__all__ = ["GAP_HEADER", "GAP_NOTE", "gap_text", "heldout_gap", "heldout_text"]
+__all__ = ["GAP_HEADER", "GAP_NOTE", "gap_text", "heldout_gap", "heldout_text", "split_halves"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ INPUTS = {
     "insequence": "results/insequence/periodicity.json",
     "zoo": "results/zoo.json",
     "zoo_seeds": "results/zoo-seeds/zoo.json",
+    "zoo_members": "results/zoo_members.json",
     "mitigations": "results/mitigations/mitigations.json",
     "nsa": "results/nsa.json",
     "smollm2": "results/smollm2.json",
@@ -98,27 +98,41 @@ def zoo_rows(data: dict) -> list[dict]:
     return [dict(r, source="zoo") for r in data["zoo"]["rows"]] + [dict(r, source="zoo-seeds") for r in data["zoo_seeds"]["rows"]]
 
 
-def zoo_summary(rows: list[dict]) -> list[str]:
-    members: dict[str, list[dict]] = {}
-    for r in rows:
-        members.setdefault(r["member"], []).append(r)
+def _median_range(spread: dict | None, key: str, scale: float = 1.0) -> str:
+    if spread is None or spread["median"][key] is None:
+        return "-"
+    return f"{scale * spread['median'][key]:.1f} ({scale * spread['low'][key]:.1f} to {scale * spread['high'][key]:.1f})"
+
+
+def _estimate(curve: dict | None, key: str, interval_key: str, scale: float = 1.0) -> str:
+    if curve is None or curve[key] is None:
+        return "-"
+    return f"{scale * curve[key]:.1f} {interval(curve[interval_key], scale)}"
+
+
+def zoo_summary(members: list[dict]) -> list[str]:
+    """The member table (`zoo_members.json`): one row per member and protocol, across its seeds."""
     out = []
-    for member, runs in members.items():
-        seeds = sorted({r["seed"] for r in runs})
-        learned = sorted({r["seed"] for r in runs if r["learned"]})
-        lo, hi = wilson(len(learned), len(seeds))
-        cells = [member, runs[0]["architecture"], runs[0]["S"] or "-", len(seeds), f"{len(learned)} of {len(seeds)}",
-                 f"[{100 * lo:.0f}, {100 * hi:.0f}]"]
-        for protocol in ("prefix", "insequence"):
-            sub = [r for r in runs if r["protocol"] == protocol]
-            means = [100 * r["mean"] for r in sub]
-            gaps = [r["gap_heldout_pp"] for r in sub]
-            cells += [f"{statistics.median(means):.1f} ({min(means):.1f} to {max(means):.1f})" if means else "-",
-                      f"{statistics.median(gaps):.1f} ({min(gaps):.1f} to {max(gaps):.1f})" if gaps else "-"]
-        out.append(cells)
-    return table(["member", "architecture", "S", "seeds", "learned", "learned 95% Wilson %",
-                  "prefix mean % median (range)", "prefix held-out gap pp median (range)",
-                  "in-sequence mean % median (range)", "in-sequence held-out gap pp median (range)"], out)
+    for m in members:
+        lo, hi = m["learned_interval"]
+        spread, curve = m["spread"]["all"], m["curves"]["all"]
+        out.append([m["member"], m["architecture"], m["S"] or "-", m["protocol"], m["n_seeds"],
+                    f"{m['n_learned']} of {m['n_seeds']}", f"[{100 * lo:.0f}, {100 * hi:.0f}]",
+                    _median_range(spread, "mean", 100), _median_range(spread, "worst", 100),
+                    _median_range(spread, "gap_heldout_pp"), _estimate(curve, "mean", "mean_interval", 100),
+                    _estimate(curve, "seed_gap_pp", "seed_gap_interval_pp")])
+    return table(["member", "architecture", "S", "padding", "seeds", "learned", "learned 95% Wilson %",
+                  "mean % median (range)", "worst % median (range)", "held-out gap pp median (range)",
+                  "member curve mean % [95% CI]", "seeds' held-out gap pp, average [95% CI]"], out)
+
+
+def _learned_either(members: list[dict]) -> str:
+    """Per member, once: seeds that learned in either protocol, of all its seeds, with the Wilson interval."""
+    seen: dict[str, dict] = {}
+    for m in members:
+        seen.setdefault(m["member"], m["learned_any_protocol"])
+    return "; ".join(f"{name} {s['learned']} of {s['seeds']} [{100 * s['interval'][0]:.0f}, {100 * s['interval'][1]:.0f}]%"
+                     for name, s in seen.items())
 
 
 def zoo_section(data: dict) -> list[str]:
@@ -128,22 +142,29 @@ def zoo_section(data: dict) -> list[str]:
     spectral = [r for r in compressed if r.get("dominant_period") == r["S"]]
     perm = [r for r in compressed if _period_ok(r)]
     exceptions = [f"{r['model']} {r['protocol']}" for r in compressed if not _period_ok(r)]
-    full = [r for r in rows if r["member"] == "full"]
     lines = ["## The zoo: one recipe rule for every compressor", "",
              f"Source: `assets/results/zoo.json` and `assets/results/zoo-seeds/zoo.json` ({len(runs)} runs, "
              f"{len(rows)} curves: both padding protocols, {data['zoo']['protocol']['n_per_residue']} examples per residue). "
              "\"Learned\" means the best residue reaches 80% on the matched task. Seeds are the unit: the table "
-             "summarizes each member across its seeds (a seed counts as learned when it learned in either protocol); "
-             "the intervals of single curves are within one model.", ""]
-    lines += zoo_summary(rows) + [""]
+             "(`assets/results/zoo_members.json`, `python -m experiments.zoo.members_table`) summarizes each member "
+             "under each padding protocol across its seeds: the share that learned under that protocol with its Wilson "
+             "interval, the median and range across seeds (every seed, learned or not), and the member curve (the "
+             "seeds' average) with a two-level bootstrap interval, seeds then examples (docs/statistics.md, \"Across "
+             "seeds\"); the last column averages each seed's own held-out gap. The intervals of single curves "
+             "further down are within one model.", ""]
+    lines += zoo_summary(data["zoo_members"]["members"]) + [""]
+    lines += ["Seeds that learned in either padding protocol, of all seeds run [95% Wilson interval]: "
+              + _learned_either(data["zoo_members"]["members"]) + ".", ""]
     lines += [f"Of the {len(compressed)} curves of learned compressed runs with a phase effect (p < 0.05), "
               f"{len(spectral)} have dominant spectral period S, and the permutation test does not reject period S "
               f"for {len(perm)}; it rejects it for {len(exceptions)}: {', '.join(exceptions) if exceptions else 'none'}.", ""]
-    if full:
-        lines += [f"Full attention ({len({r['seed'] for r in full})} seeds, {len(full)} curves): mean "
-                  f"{pct(min(r['mean'] for r in full))}-{pct(max(r['mean'] for r in full))}%, held-out gap "
-                  f"{pp(min(r['gap_heldout_pp'] for r in full))}-{pp(max(r['gap_heldout_pp'] for r in full))} pp. "
-                  "A curve at ceiling cannot show a phase effect, so this control cannot fail (issue 32).", ""]
+    # by architecture: the zoo's full-attention member is named full-kv4 (a filter on "full" once matched nothing)
+    across = [m for m in data["zoo_members"]["members"] if m["architecture"] == "full attention"]
+    if across:
+        lines += ["Full attention across seeds: " + "; ".join(
+            f"{m['member']} {m['protocol']} ({m['n_seeds']} seeds) mean {_median_range(m['spread']['all'], 'mean', 100)}%, held-out gap "
+            f"{_median_range(m['spread']['all'], 'gap_heldout_pp')} pp (median (range))" for m in across)
+            + ". A curve at ceiling cannot show a phase effect, so this control cannot fail (issue 32).", ""]
     lines += ["### Every run", ""]
     lines += table(["run", "protocol", "learned", "mean %", "worst %", "held-out gap pp", "gap interval",
                     "dominant period", "permutation verdict"],
