@@ -154,3 +154,30 @@ def test_numbers_come_from_the_files(tmp_path):
     path.write_text(json.dumps(zoo))
     page = claims.render(claims.load_inputs(tmp_path))
     assert "permutation test: 32 of 42" in page and "zoo-w12s12-s1 prefix (spectral" not in page
+
+
+def _doc(rel: str) -> str:
+    return " ".join((ROOT / rel).read_text().split())  # prose wraps lines anywhere
+
+
+def test_docs_quote_what_the_files_say(data):
+    """Hand-written sentences that issue 32 found wrong, tied to their files: a changed file fails here."""
+    seeds = {(r.run, r.protocol) for r in claim_checks.claim1(data).rows
+             if r.source == "zoo-seeds/zoo.json" and not r.permutation_ok}
+    assert seeds == {("zoo-w16s16-s3", "prefix"), ("zoo-w16s16-s3", "insequence"), ("zoo-w16s8-s2", "insequence"),
+                     ("zoo-w4s4-s2", "prefix"), ("zoo-w8s8-uniform-s2", "prefix"), ("zoo-w8s8-uniform-s3", "prefix")}
+    training = _doc("docs/training.md")
+    assert ("the permutation test rejects period S for W16/S16 seed 3 (both protocols), W16/S8 seed 2 (in-sequence), "
+            "W4/S4 seed 2 (prefix) and uniform seeds 2 and 3 (prefix)") in training
+    cards = [json.loads((ROOT / f"assets/results/rule/zoo-w16s16-unaligned-s{s}.json").read_text()) for s in (0, 1)]
+    means = " and ".join(f"{100 * c['phase_curve']['mean']:.1f}%" for c in cards)
+    assert f"W16/S16 at {means}" in training
+    kernel = next(r for r in data["prefix"]["summary"] if r["model"] == "deepseek-kernel")
+    assert kernel["verdict"] == "phase effect, not explained by period 4"
+    assert f"p = {kernel['p_periodic']:.4f}" in training
+    nsa = data["nsa"]["results"]
+    selection = [r for r in nsa if r["k"] > 0]
+    learned = [r for r in selection if any(c["learned"] for c in r["curves"])]
+    words = {1: "one", 6: "six"}
+    assert f"{words[len(learned)]} of the {words[len(selection)]} selection runs" in _doc("assets/results/nsa_answer.md")
+    assert "selection does not make NSA phase-uniform at any k" not in _doc("docs/nsa.md")
