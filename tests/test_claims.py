@@ -135,7 +135,19 @@ def test_findings_beyond_the_paper(data):
     smol = "\n".join(cs["B3"].findings)
     assert "1 of 72 cells have an interval below zero" in smol and "dominant period S in 0 of them" in smol
     assert cs["B4"].verdict == "shown in 1 of 2 seeds" and "[95.7, 99.2]" in "\n".join(cs["B4"].findings)
-    assert cs["6"].verdict == cs["B5"].verdict == "no result file"
+    assert cs["6"].verdict == cs["B5"].verdict == "holds"
+
+
+def test_theory_claims_follow_theory_json(data):
+    assert claim_findings.claim6(dict(data, theory=None)).verdict == "no result file"
+    assert claim_findings.theory_coverage(dict(data, theory=None)).verdict == "no result file"
+    fake = copy.deepcopy(data)
+    fake["theory"]["seeds"][3]["all_static"] = False
+    c = claim_findings.claim6(fake)
+    assert c.verdict == "holds with exceptions" and c.exceptions == [f"seed {fake['theory']['seeds'][3]['seed']}"]
+    for r in fake["theory"]["sweep"]:
+        r["coverage"] = r["random"]  # never above random picks: heads are not pushed apart at any beta
+    assert claim_findings.theory_coverage(fake).verdict == "does not hold"
 
 
 def test_numbers_come_from_the_files(tmp_path):
