@@ -88,6 +88,8 @@ def test_claim2_without_control_cannot_fail_and_with_one_follows_the_intervals(d
              for s in range(4)]
     fake = dict(data, control={"rows": rows})
     assert claim_checks.claim2(fake).verdict == "holds"
+    seeds = "; ".join(claim_checks.claim1(fake).seeds)  # the harder task's seeds are never pooled with the zoo's
+    assert "w8s8 (harder task): seeds [0, 1, 2, 3], learned 4 of 4" in seeds and "w8s8: seeds [0, 1], learned 1 of 2" in seeds
     rows[-1] = _control_row("full-d64", 3, "prefix", 0.7, (3.0, 9.0), "phase effect", None, p_phase=0.01)
     c = claim_checks.claim2(dict(data, control={"rows": rows}))
     assert c.verdict == "does not hold" and any("zoo-full-d64-s3 prefix" in e for e in c.exceptions)

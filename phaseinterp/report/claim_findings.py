@@ -141,7 +141,7 @@ def exclusion(data: dict) -> Claim:
     if always:
         c.findings.append(f"Learned in both protocols ({len(always)} runs): {_range([raw[m]['several'] for m in always])} "
                           "where exclusion leaves several candidates.")
-    c.seeds = seeds_of([r for r in rows if r.run in set(never) | set(always)])
+    c.seeds = seeds_of(rows)
     c.verdict = share_verdict(len(never) + len(always) - len(c.exceptions), len(never) + len(always))
     return c
 

@@ -43,6 +43,7 @@ class Row:
     p_phase: float | None
     p_periodic: float | None
     verdict: str
+    member: str | None = None
 
     @property
     def phase_effect(self) -> bool:
@@ -91,7 +92,7 @@ def zoo_row(r: dict, source: str) -> Row:
     dom = r["dominant_period"] if "dominant_period" in r else _dominant(r.get("accuracy"))
     return Row(source, r["model"], r["protocol"], r.get("seed"), r.get("S"), r.get("learned"), _num(r.get("mean")),
                _num(r.get("worst")), _num(r.get("gap_heldout_pp")), _pair(r.get("gap_ci_pp")), dom,
-               _num(r.get("p_phase")), _num(r.get("p_periodic")), r.get("verdict") or "-")
+               _num(r.get("p_phase")), _num(r.get("p_periodic")), r.get("verdict") or "-", r.get("member"))
 
 
 def periodicity_row(r: dict, curve: dict, protocol: str, source: str) -> Row:
