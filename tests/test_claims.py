@@ -152,7 +152,7 @@ def test_theory_claims_follow_theory_json(data):
     assert claim_findings.theory_coverage(fake).verdict == "does not hold"
 
 
-def test_numbers_come_from_the_files(tmp_path):
+def _copy_inputs(tmp_path):
     for rel in list(claims.INPUTS.values()) + [claims.MITIGATION_CURVES]:
         src = ROOT / "assets" / rel
         if src.is_dir():
@@ -160,6 +160,26 @@ def test_numbers_come_from_the_files(tmp_path):
         elif src.is_file():
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(src, tmp_path / rel)
+
+
+def test_control_and_members_files_are_read_when_present(tmp_path):
+    _copy_inputs(tmp_path)
+    (tmp_path / "results" / "control").mkdir(parents=True)
+    rows = [_control_row("full-d64", s, "prefix", 0.7, (-2.0, 4.5), "no detectable phase effect", None, p_phase=0.4)
+            for s in range(4)]
+    (tmp_path / "results" / "control" / "control.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "results" / "zoo_members.json").write_text(json.dumps(
+        {"members": [{"member": "w4s4", "protocol": "prefix", "two_level_boot_mean": [0.4, 0.8]}]}))
+    data = claims.load_inputs(tmp_path)
+    assert data["_paths"]["control"] == "control/control.json"
+    c = claim_checks.claim2(data)
+    assert c.verdict == "does not hold" and "no full-attention" not in " ".join(c.exceptions)
+    assert any("full-d64 (harder task)" in s for s in c.seeds)
+    assert "| w4s4 | prefix | - | - | [40.0, 80.0] | - |" in claims.render(data)
+
+
+def test_numbers_come_from_the_files(tmp_path):
+    _copy_inputs(tmp_path)
     path = tmp_path / claims.INPUTS["zoo"]
     zoo = json.loads(path.read_text())
     for r in zoo["rows"]:

@@ -192,6 +192,8 @@ def claim2(data: dict) -> Claim:
             c.exceptions.append(f"{m}: no curve with a period-S phase effect")
     if not full:
         c.exceptions.append("no full-attention member in control/")
+    if not compressed:
+        c.exceptions.append("no compressed member in control/ to show period-S gaps beside full attention")
     if full and all(r.at_ceiling for r in full):
         c.verdict = "cannot fail"
     else:

@@ -22,9 +22,10 @@ def _range(values: list[float]) -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
-def _cycling_rows(d: dict) -> list[dict]:
-    rows = d.get("rows") if isinstance(d, dict) else d
-    return list(rows if rows is not None else d.get("results", []))
+def _cycling_rows(d) -> list[dict]:
+    if not isinstance(d, dict):
+        return list(d)
+    return list(next((d[k] for k in ("rows", "results", "runs") if isinstance(d.get(k), list)), []))
 
 
 def _all_layers(row: dict) -> bool:
@@ -33,7 +34,7 @@ def _all_layers(row: dict) -> bool:
 
 
 def _payload(row: dict) -> bool:
-    return "payload" in str(row.get("variant", "gates"))
+    return bool(row.get("payload")) or "payload" in str(row.get("variant", "gates"))
 
 
 def claim5(data: dict) -> Claim:

@@ -65,6 +65,10 @@ def load_inputs(root: Path | None = None) -> dict:
     data: dict = {"_paths": {}}
     for key, rel in INPUTS.items():
         path = base / rel if base is not None else None
+        if key == "control" and path is not None and not path.is_file() and path.parent.is_dir():
+            # the control's table folder may name its json otherwise: take the zoo-shaped one
+            path = next((p for p in sorted(path.parent.glob("*.json")) if "rows" in json.loads(p.read_text())), path)
+            rel = f"results/control/{path.name}"
         data[key] = json.loads(path.read_text()) if path is not None and path.is_file() else None
         data["_paths"][key] = rel.removeprefix("results/")
     curves = base / MITIGATION_CURVES if base is not None else None
@@ -81,7 +85,13 @@ def evaluate(data: dict) -> list[checks.Claim]:
 
 
 def _member_field(row: dict, names: tuple[str, ...]):
-    return next((row[n] for n in names if row.get(n) is not None), None)
+    """The first of `names`, else any [lo, hi] field whose name says two-level (or bootstrap) and the quantity."""
+    found = next((row[n] for n in names if row.get(n) is not None), None)
+    if found is None:
+        topic = names[0].split("_")[0]
+        found = next((v for k, v in row.items() if topic in k and ("2level" in k or "two_level" in k or "boot" in k)
+                      and isinstance(v, (list, tuple)) and len(v) == 2 and None not in v), None)
+    return found
 
 
 def members_section(data: dict) -> list[str]:
@@ -92,7 +102,7 @@ def members_section(data: dict) -> list[str]:
         return lines + ["Two-level bootstrap (seeds, then examples) of each member's mean curve "
                         "(`assets/results/zoo_members.json`): no result file yet. Until then the seeds lines above "
                         "give each member's share learned with its Wilson interval, from the zoo tables.", ""]
-    rows = d.get("rows") if isinstance(d, dict) else d
+    rows = (d.get("rows") or d.get("members")) if isinstance(d, dict) else d
     out = []
     for r in rows or []:
         mean, gap = _member_field(r, MEMBER_FIELDS["mean"]), _member_field(r, MEMBER_FIELDS["gap"])
