@@ -120,6 +120,10 @@ def test_claim5_reads_cycling_when_present(data):
     assert any("gates with payload maps: median 0.50" in f for f in c.findings)
     rows = [dict(r, r2=0.8) for r in rows]
     assert claim_findings.claim5(dict(data, cycling={"rows": rows})).verdict == "holds"
+    rows = [dict(r, r2=float("nan")) if r["member"] == "w8s8" else r for r in rows]  # a flat cycled curve
+    c = claim_findings.claim5(dict(data, cycling={"rows": rows}))
+    assert c.verdict == "does not hold" and "median R^2 undefined" in c.exceptions[0]
+    assert any("undefined at 7: the cycled curve is flat" in f for f in c.findings)
 
 
 def test_members_section_reads_zoo_members_when_present(data):

@@ -64,15 +64,15 @@ def zoo_rows(data: dict, keys=("zoo", "zoo_seeds")) -> list[Row]:
             for r in data[key]["rows"]:
                 row = zoo_row(r, data["_paths"][key])
                 if key == "control":  # same member names, another task: never pooled with the zoo's seeds
-                    row.member = f"{_member(row)} (harder task)"
+                    row.member = f"{member_of(row)} (harder task)"
                 rows.append(row)
     return rows
 
 
-def _member(run) -> str:
+def member_of(run) -> str:
     """A row's member (its table's `member` field), else from a run name: zoo-w8s8-kv4-s1 -> w8s8-kv4."""
     if isinstance(run, Row):
-        return run.member or _member(run.run)
+        return run.member or member_of(run.run)
     return run.removeprefix("zoo-").rsplit("-s", 1)[0]
 
 
@@ -80,9 +80,9 @@ def seeds_of(rows: list[Row]) -> list[str]:
     """Per member: its seeds, and which learned (a seed counts as learned when it learned in either protocol)."""
     members: dict[str, dict[int, bool]] = {}
     for r in rows:
-        members.setdefault(_member(r), {})
+        members.setdefault(member_of(r), {})
         seed = r.seed if r.seed is not None else -1
-        members[_member(r)][seed] = members[_member(r)].get(seed, False) or bool(r.learned)
+        members[member_of(r)][seed] = members[member_of(r)].get(seed, False) or bool(r.learned)
     out = []
     for m, seeds in members.items():
         learned = sorted(s for s, ok in seeds.items() if ok)
@@ -98,7 +98,7 @@ def claim1(data: dict) -> Claim:
               "every curve of a learned compressed run with a phase effect (p (phase) < 0.05) must pass both tests "
               "(spectral: dominant period S; permutation: consistent with period S); holds when all do, "
               "with exceptions when most do")
-    zoo = [r for r in zoo_rows(data, ("zoo", "zoo_seeds", "control")) if not _member(r).startswith("full")]
+    zoo = [r for r in zoo_rows(data, ("zoo", "zoo_seeds", "control")) if not member_of(r).startswith("full")]
     shipped = []
     for protocol in ("prefix", "insequence"):
         if data.get(protocol) is not None:
@@ -123,8 +123,8 @@ def claim1(data: dict) -> Claim:
     unlearned = sorted({r.run for r in zoo if not r.learned} - {r.run for r in zoo if r.learned})
     c.findings.append(f"Runs that learned in neither protocol are not evidence either way ({len(unlearned)}): "
                       f"{', '.join(unlearned) or 'none'}.")
-    members = sorted({_member(r) for r in zoo})
-    shown = sorted({_member(r) for r in tested if r in zoo and r.spectral_ok and r.permutation_ok})
+    members = sorted({member_of(r) for r in zoo})
+    shown = sorted({member_of(r) for r in tested if r in zoo and r.spectral_ok and r.permutation_ok})
     missing = [m for m in members if m not in shown]
     c.findings.append(f"Compressor members with at least one curve passing both tests: {len(shown)} of {len(members)}"
                       + (f"; none for {', '.join(missing)}." if missing else "."))
@@ -140,7 +140,7 @@ def claim1(data: dict) -> Claim:
 def _control_members(rows: list[Row]) -> dict[str, list[Row]]:
     out: dict[str, list[Row]] = {}
     for r in rows:
-        out.setdefault(_member(r), []).append(r)
+        out.setdefault(member_of(r), []).append(r)
     return out
 
 
@@ -150,14 +150,14 @@ def claim2(data: dict) -> Claim:
               f"within {FULL_TOLERANCE_PP:g} pp, its mean lies between 50% and 90% (below ceiling, so it could fail), "
               "and every compressed member has a learned curve with a phase effect passing both period-S tests; "
               "full-attention curves at ceiling (worst residue >= 99%) cannot fail and are no pass")
-    matched = [r for r in zoo_rows(data) if _member(r).startswith("full")]
+    matched = [r for r in zoo_rows(data) if member_of(r).startswith("full")]
     for protocol in ("prefix", "insequence"):
         if data.get(protocol) is not None:
             d = data[protocol]
             matched += [periodicity_row(r, d["curves"][r["model"]], protocol, data["_paths"][protocol])
                         for r in d["summary"] if r["model"] == "full"]
     control = zoo_rows(data, ("control",))
-    full = [r for r in control if _member(r).startswith("full")]
+    full = [r for r in control if member_of(r).startswith("full")]
     c.rows = full + [r for r in control if r not in full and r.learned] + matched
     c.sources = sorted({r.source for r in c.rows})
     if matched:
@@ -207,7 +207,7 @@ def claim3(data: dict) -> Claim:
               "for each mechanism (uniform gates; no RoPE), at least one learned run has a curve with a phase effect "
               "that passes both period-S tests; the learned curves with a phase effect that fail a test are exceptions")
     rows = [r for r in zoo_rows(data, ("zoo", "zoo_seeds", "control"))
-            if "uniform" in _member(r) or "norope" in _member(r)]
+            if "uniform" in member_of(r) or "norope" in member_of(r)]
     for protocol in ("prefix", "insequence"):
         if data.get(protocol) is not None:
             d = data[protocol]

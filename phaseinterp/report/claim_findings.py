@@ -7,14 +7,19 @@ theory's coverage read `theory.json` (`python -m experiments.theory.run`). A mis
 
 from __future__ import annotations
 
+import math
 import statistics
 
-from phaseinterp.report.claim_checks import NO_FILE, Claim, _member, seeds_of, share_verdict, tests_line, zoo_rows
+from phaseinterp.report.claim_checks import Claim, member_of, seeds_of, share_verdict, tests_line, zoo_rows
 from phaseinterp.report.claim_rows import ALPHA, FULL_TOLERANCE_PP, interval, mitigation_row, nsa_rows, num, pct, smollm2_row
 
 #: the paper's lowest gate-cycling R^2 (PAPER.md: 0.66-1.00): a seed's cycling "moves the weak phases as
 #: predicted" when its median R^2 over the deltas reaches it
 PAPER_R2 = 0.66
+
+
+def _r2(x: float) -> str:
+    return "undefined" if x == -math.inf else f"{x:.2f}"
 
 
 def _range(values: list[float]) -> str:
@@ -51,9 +56,12 @@ def claim5(data: dict) -> Claim:
     for row in _cycling_rows(d):
         if not _all_layers(row) or row.get("r2") is None:
             continue
-        member = row.get("member") or _member(str(row.get("model", "?")))
+        member = row.get("member") or member_of(str(row.get("model", "?")))
         key = (member, row.get("seed", row.get("model")))
-        by_seed.setdefault(key, {False: [], True: []})[_payload(row)].append(float(row["r2"]))
+        # R^2 is undefined (nan) when the cycled curve is flat: the weak phases vanished instead of moving,
+        # which the prediction does not explain, so it ranks below every defined value
+        value = float(row["r2"])
+        by_seed.setdefault(key, {False: [], True: []})[_payload(row)].append(-math.inf if math.isnan(value) else value)
     passing = 0
     for (member, seed), r2 in sorted(by_seed.items(), key=lambda kv: str(kv[0])):
         gates = r2[False]
@@ -62,15 +70,19 @@ def claim5(data: dict) -> Claim:
         med = statistics.median(gates)
         ok = med >= PAPER_R2
         passing += ok
-        payload = (f"; gates with payload maps: median {statistics.median(r2[True]):.2f}" if r2[True] else "")
-        c.findings.append(f"{member} seed {seed}: gates only, median R^2 {med:.2f} over {len(gates)} deltas "
-                          f"(range {min(gates):.2f} to {max(gates):.2f}){payload}.")
+        payload = (f"; gates with payload maps: median {_r2(statistics.median(r2[True]))}" if r2[True] else "")
+        flat = sum(x == -math.inf for x in gates)
+        c.findings.append(f"{member} seed {seed}: gates only, median R^2 {_r2(med)} over {len(gates)} deltas "
+                          f"(range {_r2(min(gates))} to {_r2(max(gates))}"
+                          + (f"; undefined at {flat}: the cycled curve is flat" if flat else "") + f"){payload}.")
         c.seeds.append(f"{member}: seed {seed}")
         if not ok:
-            c.exceptions.append(f"{member} seed {seed}: median R^2 {med:.2f} < {PAPER_R2}")
+            c.exceptions.append(f"{member} seed {seed}: median R^2 {_r2(med)} < {PAPER_R2}")
     total = sum(1 for r2 in by_seed.values() if r2[False])
     c.tests = "not applicable: cycling is judged by R^2 against the predicted shift, not by a period test"
-    c.verdict = share_verdict(passing, total) if total else NO_FILE
+    if not total:
+        c.findings.append("cycling.json holds no gates-only, all-layers row with an R^2.")
+    c.verdict = share_verdict(passing, total) if total else "does not hold"
     if isinstance(d, dict) and d.get("verdict"):
         c.findings.append(f"cycling.json's own verdict: {d['verdict']}")
     return c
