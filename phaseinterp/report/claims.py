@@ -1,0 +1,209 @@
+"""Render `assets/results/claims.md`: PAPER.md's six claims and the findings beyond it, judged from the result files.
+
+    python -m phaseinterp.report.claims            # rewrite assets/results/claims.md and README.md's claims block
+    python -m phaseinterp.report.claims --check    # exit 1 when either is stale
+
+Each claim carries its verdict and the rule that decides it, the evidence rows (result file, run, protocol),
+the seeds behind it, both tests (spectral: `dominant_period`; permutation: `p_phase`, `p_periodic`, verdict)
+and its exceptions by name. A claim whose evidence is not in the files says "no result file" and is not a pass.
+Optional inputs (the control on a harder task, the member table across seeds, gate cycling, the theory) are
+read when present. README.md quotes the verdict table between the markers `<!-- claims:begin -->` and
+`<!-- claims:end -->`; `tests/test_claims.py` fails when either text differs from a fresh render.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from phaseinterp import assets
+from phaseinterp.report import claim_checks as checks
+from phaseinterp.report import claim_findings as findings
+from phaseinterp.report.claim_rows import evidence_table, interval, table
+
+#: Result files the claims read, relative to an assets folder; a missing one makes its claims say "no result file".
+INPUTS = {
+    "zoo": "results/zoo.json",
+    "zoo_seeds": "results/zoo-seeds/zoo.json",
+    "control": "results/control/zoo.json",
+    "zoo_members": "results/zoo_members.json",
+    "cycling": "results/cycling.json",
+    "theory": "results/theory.json",
+    "prefix": "results/prefix/periodicity.json",
+    "insequence": "results/insequence/periodicity.json",
+    "heads": "results/zoo_heads_w8s8-kv4.json",
+    "self_calibration": "results/self_calibration.json",
+    "mitigations": "results/mitigations/mitigations.json",
+    "nsa": "results/nsa.json",
+    "smollm2": "results/smollm2.json",
+}
+#: Per-run curve files of the mitigation study (dominant period and verdict per seed).
+MITIGATION_CURVES = "results/mitigations/curves"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "assets" / "results" / "claims.md"
+DEFAULT_README = ROOT / "README.md"
+BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+#: Fields of zoo_members.json rows this page reads (the member table across seeds; absent: "no result file yet").
+MEMBER_FIELDS = {"mean": ("mean_ci_2level", "two_level_mean_ci", "boot_mean_ci", "mean_boot_ci"),
+                 "gap": ("gap_ci_2level", "two_level_gap_ci", "boot_gap_ci", "gap_boot_ci")}
+
+
+def _root(root: Path | None) -> Path | None:
+    if root is not None:
+        return Path(root)
+    found = assets.find(INPUTS["zoo"])
+    return found.parents[1] if found is not None else None
+
+
+def load_inputs(root: Path | None = None) -> dict:
+    """The parsed result files (None where a file is missing) and `_paths`, each file's name as the page cites it."""
+    base = _root(root)
+    data: dict = {"_paths": {}}
+    for key, rel in INPUTS.items():
+        path = base / rel if base is not None else None
+        if key == "control" and path is not None and not path.is_file() and path.parent.is_dir():
+            # the control's table folder may name its json otherwise: take the zoo-shaped one
+            path = next((p for p in sorted(path.parent.glob("*.json")) if "rows" in json.loads(p.read_text())), path)
+            rel = f"results/control/{path.name}"
+        data[key] = json.loads(path.read_text()) if path is not None and path.is_file() else None
+        data["_paths"][key] = rel.removeprefix("results/")
+    curves = base / MITIGATION_CURVES if base is not None else None
+    data["mitigation_curves"] = ({p.stem: json.loads(p.read_text()) for p in sorted(curves.glob("*.json"))}
+                                 if curves is not None and curves.is_dir() else {})
+    return data
+
+
+def evaluate(data: dict) -> list[checks.Claim]:
+    """Every claim, in PAPER.md's order, then the findings beyond the paper."""
+    return [checks.claim1(data), checks.claim2(data), checks.claim3(data), checks.claim4(data), findings.claim5(data),
+            findings.claim6(data), findings.exclusion(data), findings.nsa(data), findings.smollm2(data),
+            findings.multi_offset(data), findings.theory_coverage(data)]
+
+
+def _member_field(row: dict, names: tuple[str, ...]):
+    """The first of `names`, else any [lo, hi] field whose name says two-level (or bootstrap) and the quantity."""
+    found = next((row[n] for n in names if row.get(n) is not None), None)
+    if found is None:
+        topic = names[0].split("_")[0]
+        found = next((v for k, v in row.items() if topic in k and ("2level" in k or "two_level" in k or "boot" in k)
+                      and isinstance(v, (list, tuple)) and len(v) == 2 and None not in v), None)
+    return found
+
+
+def members_section(data: dict) -> list[str]:
+    """The two-level bootstrap across seeds, from zoo_members.json when it exists."""
+    lines = ["## Members across seeds", ""]
+    d = data.get("zoo_members")
+    if d is None:
+        return lines + ["Two-level bootstrap (seeds, then examples) of each member's mean curve "
+                        "(`assets/results/zoo_members.json`): no result file yet. Until then the seeds lines above "
+                        "give each member's share learned with its Wilson interval, from the zoo tables.", ""]
+    rows = (d.get("rows") or d.get("members")) if isinstance(d, dict) else d
+    out = []
+    for r in rows or []:
+        mean, gap = _member_field(r, MEMBER_FIELDS["mean"]), _member_field(r, MEMBER_FIELDS["gap"])
+        out.append([r.get("member", "?"), r.get("protocol", "-"), r.get("seeds", "-"), r.get("learned", "-"),
+                    "-" if mean is None else interval([100 * x for x in mean] if max(mean) <= 1 else mean),
+                    "-" if gap is None else interval(gap)])
+    lines += [f"Source: `{data['_paths']['zoo_members']}`.", ""]
+    return lines + table(["member", "protocol", "seeds", "learned", "mean % (two-level 95%)",
+                          "gap pp (two-level 95%)"], out) + [""]
+
+
+def claim_section(c: checks.Claim) -> list[str]:
+    head = f"## Claim {c.key}: {c.title}" if c.key.isdigit() else f"## Beyond the paper ({c.key}): {c.title}"
+    lines = [head, "", f"*{c.statement}*", "", f"**Verdict: {c.verdict}.** Rule: {c.rule}.", ""]
+    lines += [f"- Evidence: {', '.join(f'`{s}`' for s in c.sources) or 'no result file'}"
+              + (f" ({len(c.rows)} rows below)" if c.rows else "")]
+    lines += [f"- Tests: {c.tests or 'no curve to test'}"]
+    lines += ["- Seeds: " + ("; ".join(c.seeds) if c.seeds else "none")]
+    lines += [f"- Exceptions ({len(c.exceptions)}): " + ("; ".join(c.exceptions) if c.exceptions else "none")]
+    lines += [f"- {f}" for f in c.findings] + [""]
+    if c.rows:
+        lines += evidence_table(c.rows) + [""]
+    return lines
+
+
+def summary_table(claims: list[checks.Claim]) -> list[str]:
+    return table(["claim", "verdict", "exceptions", "evidence"],
+                 [[f"{c.key}. {c.title}", c.verdict, len(c.exceptions), ", ".join(f"`{s}`" for s in c.sources) or
+                   "no result file"] for c in claims])
+
+
+def render(data: dict | None = None) -> str:
+    """The text of claims.md."""
+    data = load_inputs() if data is None else data
+    claims = evaluate(data)
+    lines = ["# Claims, judged from the result files", "",
+             "<!-- Generated by `python -m phaseinterp.report.claims` from assets/results/; do not edit by hand. "
+             "tests/test_claims.py fails when this page is stale. -->", "",
+             "PAPER.md's six claims and the findings beyond the paper. Each states the rule that decides its verdict; "
+             "only \"holds\" and \"holds with exceptions\" are a pass, and a claim without a result file is none. "
+             "Spectral test: the curve's dominant period (the smallest period carrying 90% of its spectral power). "
+             "Permutation test: p (phase) for any phase effect, p (period S) and the verdict for period S "
+             "(`docs/statistics.md`). Intervals of single curves are within one model; seeds vary more.", ""]
+    lines += summary_table(claims) + [""]
+    for c in claims:
+        lines += claim_section(c)
+    lines += members_section(data)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def readme_block(data: dict | None = None) -> str:
+    """The verdict table README.md quotes (between the claims markers)."""
+    data = load_inputs() if data is None else data
+    claims = evaluate(data)
+    rows = [[f"{c.key}. {c.title}", c.verdict, len(c.exceptions)] for c in claims]
+    return "\n".join([BEGIN, *table(["claim", "verdict", "exceptions"], rows), END])
+
+
+def with_block(readme: str, block: str) -> str:
+    if BEGIN not in readme or END not in readme:
+        raise ValueError(f"README has no claims block: add the markers {BEGIN} and {END}")
+    head, rest = readme.split(BEGIN, 1)
+    return head + block + rest.split(END, 1)[1]
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp makes the file private; a page is for everyone to read
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Render assets/results/claims.md (and README.md's claims block) from the "
+                                            "result files.")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the page to write (default: assets/results/claims.md)")
+    p.add_argument("--readme", type=Path, default=DEFAULT_README, help="the README whose claims block to update")
+    p.add_argument("--root", type=Path, default=None, help="an assets folder to read (default: found by phaseinterp.assets)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a text differs from a fresh render")
+    args = p.parse_args(argv)
+    data = load_inputs(args.root)
+    text = render(data)
+    readme = args.readme.read_text() if args.readme.is_file() else None
+    fresh_readme = with_block(readme, readme_block(data)) if readme is not None else None
+    if args.check:
+        stale = [str(path) for path, now, new in ((args.out, args.out.read_text() if args.out.is_file() else None, text),
+                                                  (args.readme, readme, fresh_readme)) if now != new]
+        if stale:
+            print(f"stale: {', '.join(stale)}: run `python -m phaseinterp.report.claims`", file=sys.stderr)
+            return 1
+        print(f"{args.out} and {args.readme} are up to date")
+        return 0
+    _write(args.out, text)
+    if fresh_readme is not None:
+        _write(args.readme, fresh_readme)
+    print(f"wrote {args.out} ({len(text.splitlines())} lines)" + (f" and {args.readme}'s claims block" if readme else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
