@@ -128,10 +128,13 @@ def test_claim5_reads_cycling_when_present(data):
 
 def test_members_section_reads_zoo_members_when_present(data):
     assert "zoo_members.json`): no result file yet" in claims.members_section(data)[2]
-    fake = dict(data, zoo_members={"rows": [{"member": "w4s4", "protocol": "prefix", "seeds": 4, "learned": 3,
-                                             "mean_ci_2level": [0.41, 0.77], "gap_ci_2level": [20.0, 90.0]}]})
+    spread = {k: {"gap_heldout_pp": v} for k, v in (("median", 40.0), ("low", 12.5), ("high", 80.0))}
+    curve = {"mean": 0.59, "mean_interval": [0.41, 0.77], "gap_heldout_pp": 18.0, "gap_interval_pp": [2.0, 30.0]}
+    fake = dict(data, zoo_members={"members": [{"member": "w4s4", "protocol": "prefix", "seeds": [0, 1, 2, 3], "n_seeds": 4,
+                                                "n_learned": 3, "learned_interval": [0.3, 0.95], "curves": {"all": curve},
+                                                "spread": {"all": spread}}]})
     text = "\n".join(claims.members_section(fake))
-    assert "| w4s4 | prefix | 4 | 3 | [41.0, 77.0] | [20.0, 90.0] |" in text
+    assert "| w4s4 | prefix | 4 | 3 of 4 [30.0, 95.0] | 59.0 [41.0, 77.0] | 18.0 [2.0, 30.0] | 40.0 (12.5 to 80.0) |" in text
 
 
 def test_findings_beyond_the_paper(data):
