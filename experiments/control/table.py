@@ -33,7 +33,7 @@ CONTROL = ("full-d64", "full-d64-lr1e3", "full-d64-kv4-lr1e3", "w8s8", "w8s8-kv4
 FULL = ("full-d64", "full-d64-lr1e3", "full-d64-kv4-lr1e3")
 STRIDE = 8
 FOLDERS = (Path("assets/checkpoints/zoo"), Path("assets/checkpoints/zoo-seeds"), Path("assets/checkpoints/control"))
-HARDER_RECORDS = 48
+HARDER_RECORDS = 56
 FLAT_PP = 6.0
 
 
@@ -101,6 +101,15 @@ def verdict_text(v: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def lr_text(rows: list[dict[str, Any]]) -> str:
+    """Each member's peak learning rate, from its cards (the full-attention control trains at another one)."""
+    by_member: dict[str, set] = {}
+    for r in rows:
+        by_member.setdefault(r["member"], set()).add(r["lr"])
+    return "Peak learning rate by member (from the cards): " + "; ".join(
+        f"{m} {', '.join(f'{lr:g}' for lr in sorted(lrs))}" for m, lrs in by_member.items()) + "."
+
+
 def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, ...] = CONTROL,
         n_records: int = HARDER_RECORDS, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
         n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS) -> dict[str, Any]:
@@ -123,7 +132,8 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
         for protocol in protocols:
             rows.append({**zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot,
                                    n_perm=n_perm, model=model, task_changes={"n_records": n_records}),
-                         "training_rows": summary, "checkpoint": card.with_suffix(".safetensors").as_posix()})
+                         "training_rows": summary, "checkpoint": card.with_suffix(".safetensors").as_posix(),
+                         "lr": json.loads(card.read_text())["train_config"]["lr"]})
             r = rows[-1]
             print(f"{r['model']:24s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} held-out gap "
                   f"{r['gap_heldout_pp']:5.1f} {r['gap_ci_pp']} period {r['dominant_period']}", flush=True)
@@ -135,7 +145,7 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
             "hold them at every residue; training unchanged (the recipe rule). Claim 2's criterion: every learned "
             f"full-attention seed's held-out gap interval covers 0 or lies below {FLAT_PP:g} pp, while the compressed "
             f"members show period-{STRIDE} gaps (held-out gap interval above {FLAT_PP:g} pp, dominant period dividing "
-            f"{STRIDE}).\n\n" + verdict_text(v) + "\n\n")
+            f"{STRIDE}).\n\n" + verdict_text(v) + "\n\n" + lr_text(rows) + "\n\n")
     (out / "zoo.md").write_text(head + markdown(rows, n_per_residue, "assets/checkpoints/{zoo,zoo-seeds,control}"))
     payload = {"protocol": settings, "verdict": v, "rows": rows, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
