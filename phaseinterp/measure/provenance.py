@@ -17,15 +17,17 @@ import torch
 RECORDED = ("transformer-lens", "transformers", "nnsight", "scipy", "pandas", "plotly")
 
 
-def versions() -> dict[str, str]:
-    """The one provenance record of software versions: phaseinterp, Python, torch, numpy, and each
-    installed library of `RECORDED` (results, cards, reports and theory outputs all carry it)."""
+def versions() -> dict[str, str | int]:
+    """The one provenance record of software versions: phaseinterp, Python, torch, numpy, each
+    installed library of `RECORDED` (results, cards, reports and theory outputs all carry it), and
+    torch's CPU thread count (`torch_threads`: float reductions may split differently with another
+    count, docs/statistics.md "Thread count")."""
     from importlib.metadata import PackageNotFoundError, version
 
     from phaseinterp import __version__
 
-    out = {"phaseinterp": __version__, "torch": torch.__version__, "numpy": np.__version__,
-           "python": platform.python_version()}
+    out: dict[str, str | int] = {"phaseinterp": __version__, "torch": torch.__version__, "numpy": np.__version__,
+                                 "python": platform.python_version(), "torch_threads": torch.get_num_threads()}
     for name in RECORDED:
         try:
             out[name.replace("-", "_")] = version(name)
