@@ -17,6 +17,7 @@ dominant period dividing S).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -101,6 +102,16 @@ def verdict_text(v: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _kept_rows(previous: Path, settings: dict[str, int]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Rows of a previous control table swept with `settings`, by (card, protocol, weights sha256)."""
+    if not previous.is_file():
+        return {}
+    table = json.loads(previous.read_text())
+    if table.get("protocol") != settings:
+        return {}
+    return {(r["model"], r["protocol"], r.get("checkpoint_sha256")): r for r in table["rows"]}
+
+
 def lr_text(rows: list[dict[str, Any]]) -> str:
     """Each member's peak learning rate, from its cards (the full-attention control trains at another one)."""
     by_member: dict[str, set] = {}
@@ -112,8 +123,10 @@ def lr_text(rows: list[dict[str, Any]]) -> str:
 
 def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, ...] = CONTROL,
         n_records: int = HARDER_RECORDS, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
-        n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS) -> dict[str, Any]:
-    """Sweep every control card on the harder task; write zoo.md, zoo.json and zoo.csv to `out`."""
+        n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS, fresh: bool = False) -> dict[str, Any]:
+    """Sweep every control card on the harder task; write zoo.md, zoo.json and zoo.csv to `out`.
+    Rows of `out/zoo.json` swept with the same settings from the same weights (sha256) are kept
+    (`fresh`: sweep everything again), so cards trained later are added without re-sweeping the others."""
     import pandas as pd
     import torch
 
@@ -125,14 +138,20 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
         raise ValueError(f"no control checkpoint cards in {[str(f) for f in folders]}: train them (experiments/control/README.md)")
     settings = {"n_per_residue": n_per_residue, "task_seed": task_seed, "n_boot": n_boot, "n_perm": n_perm,
                 "n_records": n_records}
+    kept = {} if fresh else _kept_rows(out / "zoo.json", settings)
     rows = []
     for card in cards:
-        model = load(card.with_suffix(".safetensors"))
+        weights = card.with_suffix(".safetensors")
+        sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+        if all((card.stem, p, sha) in kept for p in protocols):
+            rows += [kept[(card.stem, p, sha)] for p in protocols]
+            continue
+        model = load(weights)
         summary = training_rows(card, model)
         for protocol in protocols:
             rows.append({**zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot,
                                    n_perm=n_perm, model=model, task_changes={"n_records": n_records}),
-                         "training_rows": summary, "checkpoint": card.with_suffix(".safetensors").as_posix(),
+                         "training_rows": summary, "checkpoint": weights.as_posix(), "checkpoint_sha256": sha,
                          "lr": json.loads(card.read_text())["train_config"]["lr"]})
             r = rows[-1]
             print(f"{r['model']:24s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} held-out gap "
@@ -164,9 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--n-perm", type=int, default=2000)
+    p.add_argument("--fresh", action="store_true", help="sweep every card again (default: keep rows of OUT/zoo.json "
+                   "swept with the same settings from the same weights)")
     args = p.parse_args(argv)
     run(args.out, folders=tuple(args.checkpoints), members=tuple(args.members), n_records=args.n_records,
-        n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm, protocols=tuple(args.protocols))
+        n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm, protocols=tuple(args.protocols),
+        fresh=args.fresh)
     return 0
 
 

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from experiments.control import table as control
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +38,7 @@ def test_claim_two_holds_only_when_every_learned_full_seed_is_flat_and_every_com
     assert "does not hold" in control.verdict_text(control.verdict(wrong_period))
 
 
-def test_the_table_sweeps_the_harder_task(tmp_path):
+def test_the_table_sweeps_the_harder_task_and_keeps_rows_of_unchanged_weights(tmp_path, monkeypatch):
     src = ROOT / "assets/checkpoints/zoo"
     for ext in ("json", "safetensors"):
         shutil.copy(src / f"zoo-w8s8-s0.{ext}", tmp_path / f"zoo-w8s8-s0.{ext}")
@@ -46,5 +48,16 @@ def test_the_table_sweeps_the_harder_task(tmp_path):
     (row,) = data["rows"]
     assert row["task"]["n_records"] == 12 and row["task"]["seq_len"] >= 64 and len(row["accuracy"]) == 16
     assert data["verdict"]["prefix"]["full_seeds"] == 0 and not data["verdict"]["prefix"]["holds"]
+    first = (out / "zoo.json").read_text()
+
+    def no_sweep(*args, **kwargs):
+        raise AssertionError("a kept row was swept again")
+
+    monkeypatch.setattr(control, "zoo_row", no_sweep)
+    control.run(out, folders=(tmp_path,), n_records=12, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",))
+    assert json.loads((out / "zoo.json").read_text())["rows"] == json.loads(first)["rows"]  # kept: same weights, settings
+    with pytest.raises(AssertionError, match="swept again"):
+        control.run(out, folders=(tmp_path,), n_records=12, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",),
+                    fresh=True)
     text = (out / "zoo.md").read_text()
     assert "claim 2 does not hold" in text and "Peak learning rate by member (from the cards): w8s8 0.003." in text
