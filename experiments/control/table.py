@@ -3,8 +3,9 @@ phase effect could show in it, next to compressed members with the same head siz
 
     python -m experiments.control.table          # -> assets/results/control/zoo.{md,json,csv}
 
-The harder task is the matched task with `HARDER_RECORDS` records instead of the card's 10 (rows
-lengthened to hold them at every residue, `rows_for`); training is the rule's, unchanged. Every
+The harder task is the matched task with `HARDER_RECORDS` records instead of the card's 10 in rows of
+`HARDER_SEQ_LEN` tokens instead of 64 (`rows_for` lengthens them further where a residue needs it);
+training is the rule's, unchanged. Every
 seed of every `CONTROL` member found in `FOLDERS` is swept under both padding protocols, in the zoo
 table's shape (`experiments.zoo.table.zoo_row`). A run that did not learn is a row like any other.
 
@@ -35,6 +36,7 @@ FULL = ("full-d64", "full-d64-lr1e3", "full-d64-kv4-lr1e3")
 STRIDE = 8
 FOLDERS = (Path("assets/checkpoints/zoo"), Path("assets/checkpoints/zoo-seeds"), Path("assets/checkpoints/control"))
 HARDER_RECORDS = 56
+HARDER_SEQ_LEN = 256
 FLAT_PP = 6.0
 
 
@@ -122,7 +124,7 @@ def lr_text(rows: list[dict[str, Any]]) -> str:
 
 
 def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, ...] = CONTROL,
-        n_records: int = HARDER_RECORDS, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
+        n_records: int = HARDER_RECORDS, seq_len: int = HARDER_SEQ_LEN, n_per_residue: int = 256, task_seed: int = 0, n_boot: int = 2000,
         n_perm: int = 2000, protocols: tuple[str, ...] = PROTOCOLS, fresh: bool = False) -> dict[str, Any]:
     """Sweep every control card on the harder task; write zoo.md, zoo.json and zoo.csv to `out`.
     Rows of `out/zoo.json` swept with the same settings from the same weights (sha256) are kept
@@ -137,7 +139,7 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
     if not cards:
         raise ValueError(f"no control checkpoint cards in {[str(f) for f in folders]}: train them (experiments/control/README.md)")
     settings = {"n_per_residue": n_per_residue, "task_seed": task_seed, "n_boot": n_boot, "n_perm": n_perm,
-                "n_records": n_records}
+                "n_records": n_records, "seq_len": seq_len}
     kept = {} if fresh else _kept_rows(out / "zoo.json", settings)
     rows = []
     for card in cards:
@@ -150,7 +152,7 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
         summary = training_rows(card, model)
         for protocol in protocols:
             rows.append({**zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot,
-                                   n_perm=n_perm, model=model, task_changes={"n_records": n_records}),
+                                   n_perm=n_perm, model=model, task_changes={"n_records": n_records, "seq_len": seq_len}),
                          "training_rows": summary, "checkpoint": weights.as_posix(), "checkpoint_sha256": sha,
                          "lr": json.loads(card.read_text())["train_config"]["lr"]})
             r = rows[-1]
@@ -160,8 +162,8 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
     out.mkdir(parents=True, exist_ok=True)
     head = ("# The control on a harder task (PAPER.md claim 2)\n\n"
             f"Reproduce: `python -m experiments.control.table` (checkpoints: {', '.join(f.as_posix() for f in folders)}).\n\n"
-            f"The harder task: each card's matched task with {n_records} records instead of 10, rows lengthened to "
-            "hold them at every residue; training unchanged (the recipe rule). Claim 2's criterion: every learned "
+            f"The harder task: each card's matched task with {n_records} records instead of 10, in rows of {seq_len} "
+            "tokens instead of 64 (longer where a residue needs it); training unchanged (the recipe rule). Claim 2's criterion: every learned "
             f"full-attention seed's held-out gap interval covers 0 or lies below {FLAT_PP:g} pp, while the compressed "
             f"members show period-{STRIDE} gaps (held-out gap interval above {FLAT_PP:g} pp, dominant period dividing "
             f"{STRIDE}).\n\n" + verdict_text(v) + "\n\n" + lr_text(rows) + "\n\n")
@@ -179,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoints", type=Path, nargs="+", default=list(FOLDERS), help="folders of zoo cards")
     p.add_argument("--members", nargs="+", default=list(CONTROL), choices=CONTROL)
     p.add_argument("--n-records", type=int, default=HARDER_RECORDS)
+    p.add_argument("--seq-len", type=int, default=HARDER_SEQ_LEN)
     p.add_argument("--n-per-residue", type=int, default=256)
     p.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
     p.add_argument("--n-boot", type=int, default=2000)
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="sweep every card again (default: keep rows of OUT/zoo.json "
                    "swept with the same settings from the same weights)")
     args = p.parse_args(argv)
-    run(args.out, folders=tuple(args.checkpoints), members=tuple(args.members), n_records=args.n_records,
+    run(args.out, folders=tuple(args.checkpoints), members=tuple(args.members), n_records=args.n_records, seq_len=args.seq_len,
         n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm, protocols=tuple(args.protocols),
         fresh=args.fresh)
     return 0

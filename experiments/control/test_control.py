@@ -43,10 +43,10 @@ def test_the_table_sweeps_the_harder_task_and_keeps_rows_of_unchanged_weights(tm
     for ext in ("json", "safetensors"):
         shutil.copy(src / f"zoo-w8s8-s0.{ext}", tmp_path / f"zoo-w8s8-s0.{ext}")
     out = tmp_path / "out"
-    control.run(out, folders=(tmp_path,), n_records=12, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",))
+    control.run(out, folders=(tmp_path,), n_records=12, seq_len=72, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",))
     data = json.loads((out / "zoo.json").read_text())
     (row,) = data["rows"]
-    assert row["task"]["n_records"] == 12 and row["task"]["seq_len"] >= 64 and len(row["accuracy"]) == 16
+    assert row["task"]["n_records"] == 12 and row["task"]["seq_len"] >= 72 and len(row["accuracy"]) == 16
     assert data["verdict"]["prefix"]["full_seeds"] == 0 and not data["verdict"]["prefix"]["holds"]
     first = (out / "zoo.json").read_text()
 
@@ -54,10 +54,10 @@ def test_the_table_sweeps_the_harder_task_and_keeps_rows_of_unchanged_weights(tm
         raise AssertionError("a kept row was swept again")
 
     monkeypatch.setattr(control, "zoo_row", no_sweep)
-    control.run(out, folders=(tmp_path,), n_records=12, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",))
+    control.run(out, folders=(tmp_path,), n_records=12, seq_len=72, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",))
     assert json.loads((out / "zoo.json").read_text())["rows"] == json.loads(first)["rows"]  # kept: same weights, settings
     with pytest.raises(AssertionError, match="swept again"):
-        control.run(out, folders=(tmp_path,), n_records=12, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",),
+        control.run(out, folders=(tmp_path,), n_records=12, seq_len=72, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",),
                     fresh=True)
     text = (out / "zoo.md").read_text()
     assert "claim 2 does not hold" in text and "Peak learning rate by member (from the cards): w8s8 0.003." in text
