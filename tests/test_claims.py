@@ -88,6 +88,9 @@ def test_claim2_without_control_cannot_fail_and_with_one_follows_the_intervals(d
              for s in range(4)]
     fake = dict(data, control={"rows": rows})
     assert claim_checks.claim2(fake).verdict == "holds"
+    unlearned = [dict(_control_row("full-d64", 9, "prefix", 0.01, (-1.0, 2.0), "no detectable phase effect", None), learned=False)]
+    c = claim_checks.claim2(dict(data, control={"rows": rows + unlearned}))  # reported, not counted against the claim
+    assert c.verdict == "holds" and any("did not learn (reported, not counted): zoo-full-d64-s9" in f for f in c.findings)
     seeds = "; ".join(claim_checks.claim1(fake).seeds)  # the harder task's seeds are never pooled with the zoo's
     assert "w8s8 (harder task): seeds [0, 1, 2, 3], learned 4 of 4" in seeds and "w8s8: seeds [0, 1], learned 1 of 2" in seeds
     rows[-1] = _control_row("full-d64", 3, "prefix", 0.7, (3.0, 9.0), "phase effect", None, p_phase=0.01)
@@ -127,7 +130,7 @@ def test_claim5_reads_cycling_when_present(data):
 
 
 def test_members_section_reads_zoo_members_when_present(data):
-    assert "zoo_members.json`): no result file yet" in claims.members_section(data)[2]
+    assert "zoo_members.json`): no result file yet" in claims.members_section(dict(data, zoo_members=None))[2]
     spread = {k: {"gap_heldout_pp": v} for k, v in (("median", 40.0), ("low", 12.5), ("high", 80.0))}
     curve = {"mean": 0.59, "mean_interval": [0.41, 0.77], "gap_heldout_pp": 18.0, "gap_interval_pp": [2.0, 30.0]}
     fake = dict(data, zoo_members={"members": [{"member": "w4s4", "protocol": "prefix", "seeds": [0, 1, 2, 3], "n_seeds": 4,
@@ -175,14 +178,18 @@ def test_control_and_members_files_are_read_when_present(tmp_path):
     rows = [_control_row("full-d64", s, "prefix", 0.7, (-2.0, 4.5), "no detectable phase effect", None, p_phase=0.4)
             for s in range(4)]
     (tmp_path / "results" / "control" / "control.json").write_text(json.dumps({"rows": rows}))
+    spread = {k: {"gap_heldout_pp": v} for k, v in (("median", 30.0), ("low", 10.0), ("high", 50.0))}
+    curve = {"mean": 0.6, "mean_interval": [0.4, 0.8], "gap_heldout_pp": 20.0, "gap_interval_pp": [5.0, 35.0]}
     (tmp_path / "results" / "zoo_members.json").write_text(json.dumps(
-        {"members": [{"member": "w4s4", "protocol": "prefix", "two_level_boot_mean": [0.4, 0.8]}]}))
+        {"members": [{"member": "w4s4", "protocol": "prefix", "seeds": [0, 1], "n_seeds": 2, "n_learned": 2,
+                      "learned_interval": [0.342, 1.0], "curves": {"all": curve}, "spread": {"all": spread}}]}))
     data = claims.load_inputs(tmp_path)
     assert data["_paths"]["control"] == "control/control.json"
     c = claim_checks.claim2(data)
     assert c.verdict == "does not hold" and "no full-attention" not in " ".join(c.exceptions)
     assert any("full-d64 (harder task)" in s for s in c.seeds)
-    assert "| w4s4 | prefix | - | - | [40.0, 80.0] | - |" in claims.render(data)
+    assert "| w4s4 | prefix | 2 | 2 of 2 [34.2, 100.0] | 60.0 [40.0, 80.0] | 20.0 [5.0, 35.0] | 30.0 (10.0 to 50.0) |" \
+        in claims.render(data)
 
 
 def test_numbers_come_from_the_files(tmp_path):
