@@ -10,9 +10,10 @@ seed of every `CONTROL` member found in `FOLDERS` is swept under both padding pr
 table's shape (`experiments.zoo.table.zoo_row`). A run that did not learn is a row like any other.
 
 The verdict (`verdict`) follows the issue's criterion: claim 2 holds on this task if every learned
-full-attention seed is flat (its held-out gap interval covers 0 or lies below `FLAT_PP`) while every
+full-attention seed is flat (its held-out gap interval covers 0 or stays within +-`FLAT_PP`) while every
 compressed member has learned seeds with a period-S gap (held-out gap interval above `FLAT_PP`,
-dominant period dividing S).
+dominant period dividing S). "Learned" is judged on each run's own matched task (its card's phase
+curve), since on the harder task full attention stays below the 80% mark at every residue.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from experiments.zoo.table import markdown, training_rows, zoo_row
 from phaseinterp.measure.provenance import jsonable, versions
 from phaseinterp.tasks.names import PROTOCOLS
+from phaseinterp.train.evaluate import LEARNED_BEST
 
 #: Members of the control: full attention with the compressed members' head size (1 and 4 KV heads;
 #: at the rule's learning rate, and at 1e-3, where it learns), and W8/S8 with 1, 4 and 8 KV heads and
@@ -52,9 +54,15 @@ def control_cards(folders: tuple[Path, ...] = FOLDERS, members: tuple[str, ...] 
 
 
 def is_flat(row: dict[str, Any]) -> bool:
-    """Held-out gap interval covers 0 or lies below FLAT_PP."""
+    """Held-out gap interval covers 0 or stays within +-FLAT_PP."""
     lo, hi = row["gap_ci_pp"]
-    return lo <= 0 <= hi or hi < FLAT_PP
+    return lo <= 0 <= hi or (-FLAT_PP <= lo and hi <= FLAT_PP)
+
+
+def learned_on_matched_task(card: dict[str, Any]) -> bool:
+    """Whether a run learned, judged where it was trained: the best residue of the card's own phase curve
+    (its matched task) reaches `LEARNED_BEST`; the harder task may keep every residue below it."""
+    return max(card["phase_curve"]["accuracy"]) >= LEARNED_BEST
 
 
 def has_period_gap(row: dict[str, Any]) -> bool:
@@ -145,8 +153,10 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
     for card in cards:
         weights = card.with_suffix(".safetensors")
         sha = hashlib.sha256(weights.read_bytes()).hexdigest()
-        if all((card.stem, p, sha) in kept for p in protocols):
-            rows += [kept[(card.stem, p, sha)] for p in protocols]
+        info = json.loads(card.read_text())
+        if all((card.stem, p, sha) in kept for p in protocols):  # what the card says is read again
+            rows += [{**kept[(card.stem, p, sha)], "lr": info["train_config"]["lr"],
+                      "learned": learned_on_matched_task(info)} for p in protocols]
             continue
         model = load(weights)
         summary = training_rows(card, model)
@@ -154,7 +164,9 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
             rows.append({**zoo_row(card, protocol, n_per_residue=n_per_residue, task_seed=task_seed, n_boot=n_boot,
                                    n_perm=n_perm, model=model, task_changes={"n_records": n_records, "seq_len": seq_len}),
                          "training_rows": summary, "checkpoint": weights.as_posix(), "checkpoint_sha256": sha,
-                         "lr": json.loads(card.read_text())["train_config"]["lr"]})
+                         "lr": info["train_config"]["lr"], "learned": learned_on_matched_task(info),
+                         "learned_on_harder_task": None})
+            rows[-1]["learned_on_harder_task"] = bool(rows[-1]["best"] >= LEARNED_BEST)
             r = rows[-1]
             print(f"{r['model']:24s} {protocol:10s} mean {r['mean']:.3f} best {r['best']:.3f} held-out gap "
                   f"{r['gap_heldout_pp']:5.1f} {r['gap_ci_pp']} period {r['dominant_period']}", flush=True)
@@ -163,8 +175,10 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
     head = ("# The control on a harder task (PAPER.md claim 2)\n\n"
             f"Reproduce: `python -m experiments.control.table` (checkpoints: {', '.join(f.as_posix() for f in folders)}).\n\n"
             f"The harder task: each card's matched task with {n_records} records instead of 10, in rows of {seq_len} "
-            "tokens instead of 64 (longer where a residue needs it); training unchanged (the recipe rule). Claim 2's criterion: every learned "
-            f"full-attention seed's held-out gap interval covers 0 or lies below {FLAT_PP:g} pp, while the compressed "
+            "tokens instead of 64 (longer where a residue needs it); training unchanged (the recipe rule). \"Learned\": best "
+            f"residue >= {100 * LEARNED_BEST:.0f}% on the run's own matched task (its card's phase curve). Claim 2's "
+            "criterion: every learned full-attention seed's held-out gap interval covers 0 or stays within "
+            f"+-{FLAT_PP:g} pp, while the compressed "
             f"members show period-{STRIDE} gaps (held-out gap interval above {FLAT_PP:g} pp, dominant period dividing "
             f"{STRIDE}).\n\n" + verdict_text(v) + "\n\n" + lr_text(rows) + "\n\n")
     (out / "zoo.md").write_text(head + markdown(rows, n_per_residue, "assets/checkpoints/{zoo,zoo-seeds,control}"))

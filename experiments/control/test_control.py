@@ -28,10 +28,11 @@ def test_cards_are_matched_by_exact_member_name(tmp_path):
 def test_claim_two_holds_only_when_every_learned_full_seed_is_flat_and_every_compressed_member_has_a_period_gap():
     compressed = [_row(m, 0, (20.0, 40.0), 8) for m in control.CONTROL if m not in control.FULL]
     flat = [_row("full-d64-lr1e3", 0, (-3.0, 4.0), None), _row("full-d64-kv4-lr1e3", 0, (1.0, 5.5), None),
+            _row("full-d64-lr1e3", 2, (-7.0, 2.0), None),
             _row("full-d64", 1, (30.0, 50.0), 2, learned=False)]  # not learned: does not count
     v = control.verdict(flat + compressed)["prefix"]
-    assert v["holds"] and v["full_flat"] == 2 and v["full_learned"] == 2 and v["full_below_ceiling"]
-    gapped = control.verdict([*flat, _row("full-d64-kv4-lr1e3", 1, (7.0, 15.0), 8), *compressed])["prefix"]
+    assert v["holds"] and v["full_flat"] == 3 and v["full_learned"] == 3 and v["full_below_ceiling"]
+    gapped = control.verdict([*flat, _row("full-d64-kv4-lr1e3", 1, (1.5, 6.5), 8), *compressed])["prefix"]
     assert not gapped["holds"] and gapped["full_not_flat"] == ["zoo-full-d64-kv4-lr1e3-s1"]
     wrong_period = [*flat, *compressed[:-1], _row(compressed[-1]["member"], 0, (20.0, 40.0), 3)]
     assert not control.verdict(wrong_period)["prefix"]["holds"]
@@ -46,6 +47,9 @@ def test_the_table_sweeps_the_harder_task_and_keeps_rows_of_unchanged_weights(tm
     control.run(out, folders=(tmp_path,), n_records=12, seq_len=72, n_per_residue=4, n_boot=20, n_perm=20, protocols=("prefix",))
     data = json.loads((out / "zoo.json").read_text())
     (row,) = data["rows"]
+    card = json.loads((tmp_path / "zoo-w8s8-s0.json").read_text())
+    assert row["learned"] == (max(card["phase_curve"]["accuracy"]) >= 0.8) == True  # noqa: E712 (judged on the card)
+    assert row["learned_on_harder_task"] == (row["best"] >= 0.8)
     assert row["task"]["n_records"] == 12 and row["task"]["seq_len"] >= 72 and len(row["accuracy"]) == 16
     assert data["verdict"]["prefix"]["full_seeds"] == 0 and not data["verdict"]["prefix"]["holds"]
     first = (out / "zoo.json").read_text()
