@@ -96,7 +96,7 @@ def _summary_cell(s: dict[str, Any]) -> str:
 
 
 def runs_table(data: dict[str, Any]) -> str:
-    head = ("| run | architecture | RoPE | status | S | baseline gap pp [95% CI] | gates only: R^2 median [min, max] | best moves | "
+    head = ("| run | architecture | RoPE | status | S | baseline gap pp [held-out gap 95% CI]; phase p | gates only: R^2 median [min, max] | best moves | "
             "accuracy kept | with payload: R^2 median [min, max] | best moves | accuracy kept |\n|" + "---|" * 12)
     lines = []
     for r in data["runs"]:
@@ -112,7 +112,7 @@ def runs_table(data: dict[str, Any]) -> str:
         ci = base["baseline_gap_ci_pp"]
         status = "cycled" + (f"; untestable: {untestable(r)}" if untestable(r) else "")
         lines.append(f"| {r['name']} | {r['architecture']} | {r['rope']} | {status} | {res['stride']} | "
-                     f"{base['baseline_gap_pp']:.1f} [{ci[0]:.1f}, {ci[1]:.1f}] | "
+                     f"{base['baseline_gap_pp']:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]; p = {base['baseline_p_phase']:.3f} | "
                      + " | ".join(cells) + " |")
     return head + "\n" + "\n".join(lines)
 
@@ -267,7 +267,9 @@ def _settings(data: dict[str, Any]) -> str:
             "excludes the boundary phase S - 1 (reported apart, predicted -> actual); \"flat\": the cycled curve is "
             "constant, R^2 undefined, counted as a failed prediction; \"best moves\": deltas where the cycled curve's "
             "best non-boundary residue is the predicted one (mod S); \"accuracy kept\": median over deltas of the "
-            "cycled mean accuracy over the baseline mean. A run holds when its median R^2 over deltas reaches "
+            "cycled mean accuracy over the baseline mean; baseline gap: best minus worst residue, with the cluster-bootstrap "
+            "interval of the held-out gap (docs/statistics.md) and the permutation test's p for any phase effect (200 "
+            "permutations). A run holds when its median R^2 over deltas reaches "
             f"{PAPER_LOWEST_R2}, the paper's lowest; a run is untestable when its baseline shows no phase effect "
             f"(permutation test p >= {ALPHA}) or S = 2 (every non-boundary prediction is then the old boundary phase's "
             f"accuracy). Runs come from the zoo tables (`learned` under {data['protocol']} padding); runs that did not "
