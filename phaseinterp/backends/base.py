@@ -158,9 +158,14 @@ class Backend(TLCompat):
                          "HookedBackend without hooks attached (use method='hooks')")
 
     @contextmanager
-    def cycled_gates(self, units: Sequence[Unit], delta: int) -> Iterator[None]:
+    def cycled_gates(self, units: Sequence[Unit], delta: int, *, payload: bool = False) -> Iterator[None]:
         """Every call inside the block runs with the gates of `units` cycled by `delta` offsets
-        (`CycleGate` edits: the gate logits rebuilt with the rolled maps and bias)."""
+        (`CycleGate` edits: the gate logits rebuilt with the rolled maps and bias). Gates only: the
+        edits rebuild gate logits, not payloads, so `payload=True` (payload maps rolled with the
+        gates) raises ValueError here; `HookedBackend` rolls our model's payload maps."""
+        if payload:
+            raise ValueError(f"payload=True is invalid on {self.describe()}: its edits rebuild gate logits only; allowed "
+                             "payload=False (gates only, the paper's cycling), or payload=True on our model (HookedBackend)")
         with self.intervene(*[CycleGate(u, delta) for u in units]):
             yield
 

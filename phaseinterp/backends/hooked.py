@@ -232,25 +232,31 @@ class HookedBackend(tl_hooks.OwnModelSweep, HookedNNsightBackend):
         return FinalPositionRun(self.model, tokens, query_pos)
 
     @contextmanager
-    def cycled_gates(self, units: Sequence[Unit], delta: int) -> Iterator[None]:
+    def cycled_gates(self, units: Sequence[Unit], delta: int, *, payload: bool = False) -> Iterator[None]:
         """The gate parameters themselves rolled (`gate_index`, `b_Z`; each chunking's bias rows on
-        their own), restored on exit, also on error."""
+        their own), and with `payload` the payload maps too (`payload_index`): then offset i reads
+        every parameter of offset (i - delta) mod W, i.e. the window's slots rolled by -delta.
+        Restored on exit, also on error."""
         saved = []
         for u in units:
             comp = self._module(self.check_unit(u).layer, u.index)
-            saved.append((comp, comp.gate_index.clone(), comp.b_Z.detach().clone() if hasattr(comp, "b_Z") else None))
+            saved.append((comp, comp.gate_index.clone(), comp.payload_index.clone(),
+                          comp.b_Z.detach().clone() if hasattr(comp, "b_Z") else None))
         try:
             with torch.no_grad():
-                for comp, index, bias in saved:
+                for comp, index, pindex, bias in saved:
                     comp.gate_index.copy_(torch.roll(index, delta))
+                    if payload:
+                        comp.payload_index.copy_(torch.roll(pindex, delta))
                     if bias is not None:
                         rows = bias.view(comp.cc.chunkings, comp.cc.window, -1)
                         comp.b_Z.copy_(torch.roll(rows, delta, dims=1).view_as(bias))
             yield
         finally:
             with torch.no_grad():
-                for comp, index, bias in saved:
+                for comp, index, pindex, bias in saved:
                     comp.gate_index.copy_(index)
+                    comp.payload_index.copy_(pindex)
                     if bias is not None:
                         comp.b_Z.copy_(bias)
 

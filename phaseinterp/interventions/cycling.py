@@ -1,6 +1,12 @@
 """Gate cycling: gate parameters rolled over offsets (payload maps unchanged), and the predicted
 shift of the phase curve A_delta(r) ~ A_0((r - delta) mod R), scored by R^2 without the boundary phase.
 
+Two variants: gates only (`payload=False`, the paper's: Z_i and b_i roll, C_i stays), and gates
+with payload maps (`payload=True`: C_i rolls with them, so offset i reads every parameter of offset
+(i - delta) mod W). The second is exact bookkeeping: each entry equals the uncycled compressor's
+entry of the same window with its slots rolled by -delta (slot i holding position start + (i +
+delta) mod W); only the entry's RoPE position, its visibility and its window stay.
+
 The backend does the cycling (`backend.cycled_gates`): behind `HookedBackend` our model's
 parameters themselves are rolled (`gate_index`, `b_Z`); a generic backend (HF DeepSeek-V4) gives
 each branch a `CycleGate` edit, which rebuilds the gate logits from each token's gate
@@ -26,31 +32,36 @@ from phaseinterp.tasks import PhaseBatch
 from phaseinterp.units import Unit
 
 
-def _rollable(comp) -> tuple[bool, bool]:
-    """(gate maps differ by offset, has an offset bias), from the layer's config (a backend's
-    `Compression`)."""
+def _rollable(comp, payload: bool = False) -> tuple[bool, bool, bool]:
+    """(gate maps differ by offset, has an offset bias, payload maps differ by offset and roll too),
+    from the layer's config (a backend's `Compression`)."""
+    differ = lambda maps: bool((map_index(comp.cc, maps) != map_index(comp.cc, maps)[0]).any())  # noqa: E731
+    rolled_payload = payload and differ(comp.cc.payload)
     if not comp.kind.learned:
-        return False, False
-    index = map_index(comp.cc, comp.cc.gate_maps)
-    return bool((index != index[0]).any()), comp.cc.offset_bias
+        return False, False, rolled_payload
+    return differ(comp.cc.gate_maps), comp.cc.offset_bias, rolled_payload
 
 
 @contextmanager
 def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
-                 branches: Sequence[str] | None = None) -> Iterator[None]:
+                 branches: Sequence[str] | None = None, payload: bool = False) -> Iterator[None]:
     """Temporarily cycle gate parameters by `delta` offsets: Z'_i = Z_{(i - delta) mod W} and
-    b'_i = b_{(i - delta) mod W}; payload maps C_i unchanged (`backend.cycled_gates`). On our
+    b'_i = b_{(i - delta) mod W}; payload maps C_i unchanged, or with `payload=True` rolled with
+    them, C'_i = C_{(i - delta) mod W} (`backend.cycled_gates`). On our
     model (`HookedBackend`) the compressor's `gate_index` buffer (which map each offset uses) and
     `b_Z` are rolled in place and restored on exit, also on error; on a generic backend (HF
     DeepSeek-V4: CSA and HCA layers) the block runs inside `backend.intervene(CycleGate(...), ...)`
     and nothing changes in place.
 
     With shared gate maps only the bias rolls (a shared map is the same at every offset); with
-    deepseek-csa's two half maps, the half each offset uses rolls with it.
+    deepseek-csa's two half maps, the half each offset uses rolls with it. With `payload=True` a
+    layer with per-offset payload maps always changes (uniform gates included: only C_i rolls).
 
     Raises:
-        ValueError: delta = 0 mod W in a selected layer, or nothing to roll at all (uniform gates,
-            or shared maps without bias). Warns when only some selected branches change.
+        ValueError: delta = 0 mod W in a selected layer, nothing to roll at all (uniform gates,
+            or shared maps without bias, and no payload maps rolled), or `payload=True` on a
+            backend that edits gate logits only (HF DeepSeek-V4). Warns when only some selected
+            branches change.
 
     Example:
         >>> from phaseinterp.measure import phase_sweep
@@ -67,17 +78,18 @@ def cycled_gates(model, delta: int, *, layers: Sequence[int] | None = None,
         W = comp.cc.window
         if delta % W == 0:
             raise ValueError(f"delta={delta} is invalid for layer {layer} (W={W}): allowed delta != 0 mod W")
-        if not any(_rollable(comp)):
+        if not any(_rollable(comp, payload)):
             skipped.append(f"{layer}.{branch}")
     if len(skipped) == len(comps):
-        raise ValueError(f"gate cycling changes nothing in {skipped}: uniform gates, or shared gate maps without "
-                         "an offset bias, have no offset-specific gate parameters")
+        raise ValueError(f"gate cycling changes nothing in {skipped} (payload={payload}): uniform gates, or shared gate "
+                         "maps without an offset bias, have no offset-specific gate parameters"
+                         + ("" if payload else "; payload=True also rolls per-offset payload maps"))
     if skipped:
         warnings.warn(f"gate cycling changes nothing in {skipped} (no offset-specific gate parameters)",
                       UserWarning, stacklevel=3)
     units = [Unit("gate", layer, _branch_index(backend, layer, branch))
-             for layer, branch, comp in comps if any(_rollable(comp))]
-    with backend.cycled_gates(units, delta):
+             for layer, branch, comp in comps if any(_rollable(comp, payload))]
+    with backend.cycled_gates(units, delta, payload=payload):
         yield
 
 
@@ -98,6 +110,7 @@ class CyclingResult:
         r2_all: the same including the boundary residues.
         boundary: boundary residues; boundary_predicted / boundary_actual: accuracies there.
         meta: model config, layers, branches, versions.
+        payload: whether the payload maps were rolled with the gates.
     """
 
     delta: int
@@ -111,6 +124,7 @@ class CyclingResult:
     boundary_predicted: list[float]
     boundary_actual: list[float]
     meta: dict[str, Any] = field(default_factory=dict)
+    payload: bool = False
 
     def to_pandas(self) -> pd.DataFrame:
         r = np.arange(self.baseline.modulus)
@@ -119,7 +133,7 @@ class CyclingResult:
                              "predicted": self.predicted, "boundary": np.isin(r, self.boundary)})
 
     def summary(self) -> dict[str, Any]:
-        return {"delta": self.delta, "stride": self.stride, "r2": self.r2, "r2_all": self.r2_all,
+        return {"delta": self.delta, "payload": self.payload, "stride": self.stride, "r2": self.r2, "r2_all": self.r2_all,
                 "boundary": self.boundary, "boundary_predicted": self.boundary_predicted,
                 "boundary_actual": self.boundary_actual, "baseline_gap_pp": self.baseline.gap_pp,
                 "cycled_gap_pp": self.cycled.gap_pp, "baseline_worst_residue": self.baseline.worst_residue,
@@ -130,7 +144,7 @@ class CyclingResult:
                          "cycled": self.cycled.to_dict(), "meta": self.meta})
 
     def __repr__(self) -> str:
-        return (f"CyclingResult(delta={self.delta}, R^2={self.r2:.3f} excluding boundary {self.boundary}, "
+        return (f"CyclingResult(delta={self.delta}{', payload' if self.payload else ''}, R^2={self.r2:.3f} excluding boundary {self.boundary}, "
                 f"boundary predicted {np.round(self.boundary_predicted, 3).tolist()} vs actual "
                 f"{np.round(self.boundary_actual, 3).tolist()})")
 
@@ -145,8 +159,8 @@ def r_squared(actual: Float[np.ndarray, " n"], predicted: Float[np.ndarray, " n"
 
 def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, *,
                  layers: Sequence[int] | None = None, branches: Sequence[str] | None = None,
-                 batch_size: int = 32, n_boot: int = 2000, seed: int = 0, progress: bool = False
-                 ) -> list[CyclingResult]:
+                 batch_size: int = 32, n_boot: int = 2000, seed: int = 0, progress: bool = False,
+                 payload: bool = False) -> list[CyclingResult]:
     """Cycle the gates by each delta and compare the phase curve with A_0((r - delta) mod R).
 
     Args:
@@ -156,6 +170,7 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
         deltas: shifts (default 1..S-1).
         layers, branches: which compression branches to cycle (default all).
         batch_size, n_boot, seed, progress: see `phase_sweep`.
+        payload: roll the payload maps with the gates (`cycled_gates`).
 
     Returns:
         One CyclingResult per delta; `r2` excludes the boundary phase S - 1, whose predicted and
@@ -183,7 +198,7 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
     boundary = [int(x) for x in r[r % S == S - 1]]
     out = []
     for delta in deltas:
-        with cycled_gates(model, delta, layers=layers, branches=branches):
+        with cycled_gates(model, delta, layers=layers, branches=branches, payload=payload):
             cyc = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=progress), f"delta={delta}")
         pred = base.accuracy[(r - delta) % R]
         inner = r % S != S - 1
@@ -191,7 +206,7 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
             delta=delta, stride=S, baseline=base, cycled=cyc, predicted=pred,
             r2=r_squared(cyc.accuracy[inner], pred[inner]), r2_all=r_squared(cyc.accuracy, pred),
             boundary=boundary, boundary_predicted=pred[~inner].tolist(), boundary_actual=cyc.accuracy[~inner].tolist(),
-            meta={"layers": sorted({l for l, _, _ in comps}), "branches": sorted({b for _, b, _ in comps}),
+            payload=bool(payload), meta={"layers": sorted({l for l, _, _ in comps}), "branches": sorted({b for _, b, _ in comps}),
                   "model": model_config(model), "task": batch.meta, "seed": seed, "versions": versions()}))
     return out
 
