@@ -109,24 +109,24 @@ def test_claim4_reads_head_ownership(data):
     assert c.verdict.startswith("holds with exceptions") and c.exceptions[0].startswith("w8s8-kv4 seed 1")
 
 
-def test_claim5_reads_cycling_when_present(data):
-    c = claim_findings.claim5(data)
+def test_claim5_reads_cycling_summary(data):
+    c = claim_findings.claim5(dict(data, cycling=None))
     assert c.verdict == "no result file" and not c.passes
-    rows = [{"member": "w4s4", "seed": 0, "delta": d, "variant": "gates", "layers": "all", "r2": r2}
-            for d, r2 in ((1, 0.99), (2, 0.95), (3, 0.9))]
-    rows += [{"member": "w8s8", "seed": 0, "delta": d, "variant": "gates", "layers": "all", "r2": -1.0} for d in range(1, 8)]
-    rows += [{"member": "w8s8", "seed": 0, "delta": 1, "variant": "gates", "layers": [1], "r2": 1.0},
-             {"member": "w8s8", "seed": 0, "delta": 1, "variant": "gates+payload", "layers": "all", "r2": 0.5}]
-    fake = dict(data, cycling={"rows": rows})
-    c = claim_findings.claim5(fake)
+
+    def run(member, gates, payload, testable=True):
+        summ = lambda m: {"median": m, "n": 3, "flat": int(m is None), "holds": m is not None and m >= 0.66}  # noqa: E731
+        return {"member": member, "seed": 0, "testable": testable, "untestable_because": None if testable else "S = 2",
+                "gates only": summ(gates), "with payload": summ(payload)}
+
+    runs = [run("w4s4", 0.95, 0.9), run("w8s8", -1.0, 0.8), run("w2s2", 0.1, 0.1, testable=False)]
+    c = claim_findings.claim5(dict(data, cycling={"summary": {"runs": runs}}))
     assert c.verdict == "does not hold" and c.exceptions == ["w8s8 seed 0: median R^2 -1.00 < 0.66"]
-    assert any("gates with payload maps: median 0.50" in f for f in c.findings)
-    rows = [dict(r, r2=0.8) for r in rows]
-    assert claim_findings.claim5(dict(data, cycling={"rows": rows})).verdict == "holds"
-    rows = [dict(r, r2=float("nan")) if r["member"] == "w8s8" else r for r in rows]  # a flat cycled curve
-    c = claim_findings.claim5(dict(data, cycling={"rows": rows}))
-    assert c.verdict == "does not hold" and "median R^2 undefined" in c.exceptions[0]
-    assert any("undefined at 7: the cycled curve is flat" in f for f in c.findings)
+    assert "w2s2 seed 0: untestable (S = 2)." in c.findings and any("2 of 2 testable runs pass" in f for f in c.findings)
+    runs[1] = run("w8s8", 0.7, None)
+    runs.append(run("w16s16", None, 0.9))  # a flat cycled curve fails
+    c = claim_findings.claim5(dict(data, cycling={"summary": {"runs": runs}}))
+    assert c.verdict == "holds with exceptions" and "median R^2 undefined (flat cycled curve)" in c.exceptions[0]
+    assert claim_findings.claim5(data).sources == ["cycling.json"]
 
 
 def test_members_section_reads_zoo_members_when_present(data):

@@ -78,6 +78,18 @@ def verdict(data: dict[str, Any]) -> str:
             f"({_names(held['with payload'])}). Untestable: {len(skipped)} ({_names([r['name'] for r in skipped])}).")
 
 
+def summary(data: dict[str, Any]) -> dict[str, Any]:
+    """What other pages read of this result (claims.md): the verdict line, and per cycled run whether it
+    can test the prediction and the all-layers summary of each variant (`run_summary`)."""
+    runs = []
+    for r in _cycled(data):
+        why = untestable(r)
+        runs.append({"name": r["name"], "member": r["member"], "seed": r["seed"], "testable": why is None,
+                     "untestable_because": why,
+                     **{v: run_summary(r["result"], "all", v) for v in VARIANTS}})
+    return {"verdict": verdict(data), "paper_lowest_r2": PAPER_LOWEST_R2, "runs": runs}
+
+
 def _names(names: list[str]) -> str:
     return ", ".join(n.removeprefix("zoo-") for n in names) or "none"
 

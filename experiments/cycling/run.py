@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.cycling.members import PROTOCOL, SOURCES, sha256, zoo_runs
+from phaseinterp.measure.provenance import jsonable
 
 COMMAND = "python -m experiments.cycling.run"
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def write_atomically(path: Path, text: str) -> None:
 def study(root: Path, *, n_all: int, n_layer: int, n_boot: int, task_seed: int, only: list[str] | None = None
           ) -> dict[str, Any]:
     """The result record: every zoo run with its status, and the cycling results of those cycled."""
-    from phaseinterp.measure.provenance import jsonable, versions
+    from phaseinterp.measure.provenance import versions
 
     from experiments.cycling.measure import cycle_run
 
@@ -82,14 +83,15 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} is invalid: allowed >= 1")
     out = args.out or args.root / "assets" / "results"
+    from experiments.cycling.render import docs_page, markdown, summary
+
     if args.render_only:
         data = json.loads((out / "cycling.json").read_text())
     else:
         data = study(args.root, n_all=args.n_all, n_layer=args.n_layer, n_boot=args.n_boot, task_seed=args.task_seed,
                      only=args.runs)
-        write_atomically(out / "cycling.json", json.dumps(data, indent=1) + "\n")
-
-    from experiments.cycling.render import docs_page, markdown
+    data["summary"] = jsonable(summary(data))
+    write_atomically(out / "cycling.json", json.dumps(data, indent=1) + "\n")
 
     md = markdown(data)
     write_atomically(out / "cycling.md", md)

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from experiments.cycling.members import sha256, zoo_runs
-from experiments.cycling.render import docs_page, markdown, run_summary, untestable, verdict
+from experiments.cycling.render import docs_page, markdown, run_summary, summary, untestable, verdict
 from experiments.cycling.run import main
+from phaseinterp.measure.provenance import jsonable
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "assets" / "results" / "cycling.json"
@@ -73,10 +74,11 @@ def test_the_shipped_markdown_and_docs_numbers_are_rendered_from_the_json(shippe
         "cycling.md is stale: python -m experiments.cycling.run --render-only"
     page = (ROOT / "docs" / "cycling.md").read_text()
     assert page == docs_page(page, shipped), "docs/cycling.md's numbers are stale: python -m experiments.cycling.run --render-only"
+    assert shipped["summary"] == jsonable(summary(shipped)), "cycling.json's summary is stale: --render-only"
     changed = copy.deepcopy(shipped)
     run = next(r for r in changed["runs"] if r["status"] == "cycled")
     run["result"]["scopes"]["all"]["gates only"]["deltas"][0]["r2"] = -5.0
-    assert markdown(changed) != markdown(shipped)
+    assert markdown(changed) != markdown(shipped) and summary(changed) != summary(shipped)
 
 
 def test_the_shipped_result_matches_its_inputs(shipped):
