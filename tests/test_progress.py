@@ -99,3 +99,14 @@ def test_progress_must_be_a_bool(setup, unchecked):
         check_progress("yes")
     with pytest.raises(ValueError, match="progress=1 is invalid"):
         knockout_map(model, batch, calib, n_boot=20, progress=1)
+
+
+def test_the_sweep_bar_has_the_same_meaning(setup, capsys, unchecked):
+    from phaseinterp.measure import phase_sweep
+
+    model, batch, _ = setup
+    _, _, err = bar_of(capsys, lambda p: phase_sweep(model, batch, batch_size=4, n_boot=20, n_perm=20, progress=p))
+    n = -(-len(batch) // 4)
+    assert "phase sweep" in err and f"{n}/{n}" in err
+    with pytest.raises(ValueError, match="progress='no' is invalid: allowed True or False"):
+        phase_sweep(model, batch, progress="no")
