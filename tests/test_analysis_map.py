@@ -105,7 +105,7 @@ def test_figure_marks_cells_whose_interval_includes_zero_and_masked_cells(smap):
 
 def test_jupyter_display_and_repr(smap):
     html = smap._repr_html_()
-    assert "map_figure" in html and "top cells" in html and "SpecializationMap(knockout" in html
+    assert "plotly-graph-div" in html and "top cells" in html and "SpecializationMap(knockout" in html
     assert "layer[2] x kv_head[2] x residue[4]" in repr(smap)
 
 

@@ -15,7 +15,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 #: Lowest first. A module belongs to the floor of its longest matching prefix.
 FLOORS = [
     ("core", ["phaseinterp", "phaseinterp._lazy", "phaseinterp.assets", "phaseinterp.catalog", "phaseinterp.config", "phaseinterp.family", "phaseinterp.gates",
-              "phaseinterp.layouts", "phaseinterp.presets", "phaseinterp.registry", "phaseinterp.units"]),
+              "phaseinterp.layouts", "phaseinterp.presets", "phaseinterp.progress", "phaseinterp.registry", "phaseinterp.units"]),
     ("model", ["phaseinterp.model", "phaseinterp.checkpoint", "phaseinterp.checkpoint_io", "phaseinterp.convert",
                "phaseinterp.families", "phaseinterp.sources", "phaseinterp.backends"]),
     ("tasks", ["phaseinterp.tasks"]),
@@ -86,9 +86,28 @@ def imports(path: Path, known: set[str]) -> dict[str, int]:
     return found
 
 
+#: The one import allowed up the floors: Jupyter's display hook, where a data object meets its
+#: figure. `_repr_html_` may import `phaseinterp.plot.display` inside the method (plotly loads only
+#: when a notebook asks); that module reads the object and never the other way round.
+DISPLAY_HOOK, DISPLAY_MODULE = "_repr_html_", "phaseinterp.plot.display"
+
+
+def only_in_display_hook(path: Path) -> bool:
+    """`DISPLAY_MODULE` is imported in `path`, and only inside `_repr_html_` methods."""
+    tree = ast.parse(path.read_text(), str(path))
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == DISPLAY_HOOK
+              for n in ast.walk(f)}
+    hits = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == DISPLAY_MODULE]
+    return bool(hits) and all(id(n) in inside for n in hits)
+
+
 def graph() -> dict[str, dict[str, int]]:
     mods = modules()
-    return {m: imports(p, set(mods)) for m, p in mods.items()}
+    out = {m: imports(p, set(mods)) for m, p in mods.items()}
+    for m, p in mods.items():
+        if DISPLAY_MODULE in out[m] and only_in_display_hook(p):
+            del out[m][DISPLAY_MODULE]
+    return out
 
 
 def test_every_import_points_down_or_sideways():
@@ -115,6 +134,17 @@ def test_no_import_cycles():
         if m not in state:
             visit(m, [])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_display_hook_is_the_only_way_up(tmp_path):
+    hook = tmp_path / "hook.py"
+    hook.write_text("class A:\n    def _repr_html_(self):\n        from phaseinterp.plot.display import map_html\n")
+    assert only_in_display_hook(hook)
+    other = tmp_path / "other.py"
+    other.write_text("def draw():\n    from phaseinterp.plot.display import map_html\n")
+    assert not only_in_display_hook(other)
+    users = sorted(m for m, p in modules().items() if only_in_display_hook(p))
+    assert users == ["phaseinterp.measure.curve", "phaseinterp.measure.specialization"]
 
 
 def test_the_checks_catch_what_they_are_for(tmp_path):

@@ -117,7 +117,7 @@ def test_table_json_roundtrip_html_and_provenance(batch, tmp_path):
         assert np.array_equal(getattr(back, name), getattr(curve, name))
     assert back.summary() == curve.summary() and repr(back) == repr(curve)
     html = curve._repr_html_()
-    assert "<table" in html and "phase_figure" in html and "gap=100.0 pp" in html
+    assert "<table" in html and "plotly-graph-div" in html and "gap=100.0 pp" in html
 
 
 def test_from_correct_without_a_batch_and_errors():

@@ -67,4 +67,7 @@ def test_tutorial_runs(notebook: Path, monkeypatch: pytest.MonkeyPatch, tmp_path
     assert code and all(c.execution_count is not None for c in code)
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors
+    if notebook.stem == "03_knockout_maps":  # a cell that displays a SpecializationMap shows its figure
+        shown = [o for c in code if c.source.strip() == "kmap" for o in c.outputs if "text/html" in o.get("data", {})]
+        assert shown and 'class="plotly-graph-div"' in shown[0]["data"]["text/html"]
     print(f"{notebook.stem}: {seconds:.1f} s")

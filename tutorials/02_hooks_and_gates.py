@@ -90,6 +90,17 @@ assert min(shares[1], shares[2]) > 0.5 > max(shares[0], shares[3])
 # %% [markdown]
 # At residues 1 and 2 the query reads most of its attention from the needle's record; at 0 and 3
 # (the weak phases of W4/S4) it reads almost nothing from it: the phase effect, token by token.
+#
+# `attention_figure` draws it with every token named by its role (`to_str_tokens`: `BOS`, `K5`,
+# `V130`, `FILL`); hover a cell for the query, the key and the weight. (`attention_view` gives the
+# circuitsvis view of the same data, with the extra `pip install 'phaseinterp[views]'`.)
+
+# %%
+from phaseinterp.plot import attention_figure
+from phaseinterp.tasks import to_str_tokens
+
+print(to_str_tokens(batch.tokens[1], task)[int(batch.key_pos[1]):int(batch.key_pos[1]) + 4], "<- the needle's record")
+attention_figure(pattern_by_token(model, batch.tokens[:4], layer=1), batch.tokens[:4], task, row=1, heads=0, layer=1)
 
 # %%
 row = 1

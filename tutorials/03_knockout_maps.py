@@ -65,6 +65,13 @@ print("owned phases (change <= -50 pp, significant):", kmap.coverage(threshold=5
 print("residues no unit owns:", kmap.uncovered(threshold=50, significant=True))
 
 # %% [markdown]
+# In Jupyter a map displays as its figure (`map_figure`), with its repr and top cells folded under
+# it; the figure carries its own plotly.js, so it shows offline.
+
+# %%
+kmap
+
+# %% [markdown]
 # Layer 1's KV head owns residues 1, 2, 5, 6 (knocking it out loses ~90 pp there, every interval
 # far from 0); nobody owns the weak residues, where there is nothing left to lose: their changes
 # are a few points at most and their intervals include 0, so they are not significant (the figure

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -28,6 +29,7 @@ from torch import Tensor
 from phaseinterp.backends import tl_hooks
 from phaseinterp.backends.base import Backend, Site
 from phaseinterp.backends.hooked import _hook_site
+from phaseinterp.progress import progress_bar
 from phaseinterp.backends.units import BackendConfig
 from phaseinterp.model.nsa.attention import BRANCHES  # NSA's branches, in the order of its gates
 from phaseinterp.units import Unit
@@ -64,10 +66,11 @@ class NSABackend(tl_hooks.OwnModelSweep, Backend):
 
     @torch.no_grad()
     def branch_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
-                      knockouts: Sequence[tuple[int, str]], *, positions: str = "all", batch_size: int = 128
-                      ) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"]]:
+                      knockouts: Sequence[tuple[int, str]], *, positions: str = "all", batch_size: int = 128,
+                      progress: bool = False) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"]]:
         """(clean logits, logits with each (layer, branch) output zeroed at every position ("all")
-        or at the query position ("final")), full forwards of `batch_size` rows in eval mode."""
+        or at the query position ("final")), full forwards of `batch_size` rows in eval mode;
+        `progress`: a bar over the forwards (`phaseinterp.progress`)."""
         for layer, branch in knockouts:
             self.check_unit(Unit("layer", layer))
             if branch not in BRANCHES:
@@ -77,17 +80,22 @@ class NSABackend(tl_hooks.OwnModelSweep, Backend):
         rows = torch.arange(len(tokens))
         clean, edited = [], [[] for _ in knockouts]
         model.eval()
+        bar = progress_bar(math.ceil(len(tokens) / batch_size) * (1 + len(knockouts)), "branch knockout", progress,
+                           unit="forward")
         try:
             for start in range(0, len(tokens), batch_size):
                 t, q = tokens[start:start + batch_size], query_pos[start:start + batch_size]
                 r = rows[:len(t)]
                 clean.append(model(t)[r, q])
+                bar.update()
                 for i, (layer, branch) in enumerate(knockouts):
                     hook = _zero_hook(None if positions == "all" else q)
                     out = model.run_with_hooks(t, fwd_hooks=[(f"blocks.{layer}.attn.hook_z_{branch}", hook)])
                     edited[i].append(out[r, q])
+                    bar.update()
         finally:
             model.train(training)
+            bar.close()
         return torch.cat(clean), torch.stack([torch.cat(e) for e in edited])
 
     def _forward(self, tokens: Tensor) -> Tensor:

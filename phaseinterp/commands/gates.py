@@ -29,6 +29,7 @@ def register(subparsers: Any) -> None:
                    help="checkpoints (files or folders of *.safetensors) for gate dynamics; with no PATH, the "
                         "folder named like CHECKPOINT next to it (shipped intermediate checkpoints)")
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.set_defaults(func=run)
 
@@ -84,10 +85,11 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             if modulus % S:
                 continue
             out["cycling"] += gate_cycling(model, batch, args.deltas, layers=layers, n_boot=args.n_boot,
-                                           seed=args.task_seed)
+                                           seed=args.task_seed, progress=not getattr(args, "no_progress", False))
     if not args.no_attribution and any(c.kind.learned for _, _, c in compressors(model, args.layers)):
         out["attribution"] = gate_attribution(model, batch, override=args.override, mode=args.mode,
-                                              layers=args.layers, max_rows=args.max_rows)
+                                              layers=args.layers, max_rows=args.max_rows,
+                                              progress=not getattr(args, "no_progress", False))
     if args.dynamics is not None:
         out["dynamics"] = gate_dynamics(dynamics_paths(args), tokens.cpu(), layers=args.layers)
     return out

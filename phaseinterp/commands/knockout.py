@@ -46,6 +46,7 @@ def register(subparsers: Any) -> None:
                    help="also write head-output patching maps (phase swap +1, mapping swap): accuracy restored in pp "
                         "with a cluster-bootstrap interval (the normalized logit difference in their 'normalized' column)")
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.set_defaults(func=run)
 
@@ -72,12 +73,14 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     smap = knockout_map(model, batch, calib, level=args.level, replacement=args.replacement,
                         per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
                         n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),
-                        change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25))
+                        change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25),
+                        progress=not getattr(args, "no_progress", False))
     smap.meta["source"] = source(args)
     out = {"knockout": smap, "model": model, "batch": batch}
     if args.patching:
         level = args.level if args.level != "layer" else "kv_head"
-        stats = dict(n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows)
+        stats = dict(n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows,
+                     progress=not getattr(args, "no_progress", False))
         out["patch_mapping"] = activation_patching(model, mapping_swap(batch, seed=args.task_seed), unit="z",
                                                    level=level, **stats)
         out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), unit="z", level=level, **stats)

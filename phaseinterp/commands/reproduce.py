@@ -102,7 +102,7 @@ def knockout_maps(ckpts: list[Path], n: int, n_boot: int):
         batch, calib = _card_batches(path, model, n, 8, calibration=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            smap = knockout_map(model, batch, calib, n_boot=n_boot, seed=0, label=path.stem)
+            smap = knockout_map(model, batch, calib, n_boot=n_boot, seed=0, label=path.stem, progress=False)
         figures.append(map_figure(smap, title=f"{path.stem}: KV-head knockout ({smap.quantity})"))
         tables.append(pd.DataFrame(unit_summary(smap)).assign(checkpoint=path.stem))
     text = ("Mean-ablation of the query heads that read one KV head, at the final position only, calibration "
@@ -130,7 +130,7 @@ def gates(ckpts: list[Path], n: int, n_boot: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cycling = [r for _, layers in sorted(cycling_layers.items())
-                   for r in gate_cycling(model, batch, None, layers=layers, n_boot=n_boot, seed=0)]
+                   for r in gate_cycling(model, batch, None, layers=layers, n_boot=n_boot, seed=0, progress=False)]
     figures = [gate_plane_figure(stats, title=f"{path.stem}: gate concentration"), gate_profile_figure(profiles)]
     if cycling:
         figures.append(cycling_figure(cycling, title=f"{path.stem}: gate cycling"))

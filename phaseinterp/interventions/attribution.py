@@ -33,6 +33,7 @@ from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.runner import runnable
 from phaseinterp.interventions.stats import by_residue
 from phaseinterp.measure.provenance import jsonable, model_config, versions
+from phaseinterp.progress import in_chunks
 from phaseinterp.tasks import PhaseBatch
 
 
@@ -127,8 +128,8 @@ MODES = ("denoise", "noise")
 
 def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, Float[Tensor, "..."], None] = None,
                      offset: int | None = None, mode: str = "denoise", target: str = "weights",
-                     layers: Sequence[int] | None = None, validate: bool = True, max_rows: int = 2048
-                     ) -> GateAttribution:
+                     layers: Sequence[int] | None = None, validate: bool = True, max_rows: int = 2048,
+                     progress: bool = True) -> GateAttribution:
     """Attribution of the answer logit difference to gate weights (or logits) per
     (layer, branch, kv_head, offset), by residue, with the exact interventions for comparison.
 
@@ -160,6 +161,8 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
         layers: compressed layers to include (default all).
         validate: also compute the exact effects and the rank correlation.
         max_rows: rows per batched forward for the exact effects.
+        progress: a progress bar over the exact interventions (default; `phaseinterp.progress`);
+            False: silent.
 
     Example:
         >>> ga = gate_attribution(model, batch, override="uniform")
@@ -202,7 +205,9 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
     exact = None
     if validate:
         units = [{n: _write_slot(sources[n], o, h)} for n, _, o, h in cells]
-        edited = model.run_units(base.tokens, base.query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
+        edited = in_chunks(lambda s: model.run_units(base.tokens, base.query_pos, units[s], max_rows=max_rows,
+                                                     base_hooks=base_hooks),
+                           len(units), max(1, max_rows // len(base.tokens)), progress=progress, desc="gate attribution")
         delta = (metric(edited) - m_base[None]).cpu().numpy()
         exact = np.full(shape, np.nan)
         for (_, idx, _, _), d in zip(cells, delta):

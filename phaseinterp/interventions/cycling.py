@@ -28,6 +28,7 @@ from phaseinterp.measure import PhaseCurve, evaluate_correct
 from phaseinterp.measure.provenance import jsonable, model_config, versions
 from phaseinterp.interventions.runner import runnable
 from phaseinterp.model.compressor import map_index
+from phaseinterp.progress import progress_bar
 from phaseinterp.tasks import PhaseBatch
 from phaseinterp.units import Unit
 
@@ -159,7 +160,7 @@ def r_squared(actual: Float[np.ndarray, " n"], predicted: Float[np.ndarray, " n"
 
 def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, *,
                  layers: Sequence[int] | None = None, branches: Sequence[str] | None = None,
-                 batch_size: int = 32, n_boot: int = 2000, seed: int = 0, progress: bool = False,
+                 batch_size: int = 32, n_boot: int = 2000, seed: int = 0, progress: bool = True,
                  payload: bool = False) -> list[CyclingResult]:
     """Cycle the gates by each delta and compare the phase curve with A_0((r - delta) mod R).
 
@@ -169,7 +170,9 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
         batch: record-lookup prompts over residues 0..R-1 (R a multiple of S).
         deltas: shifts (default 1..S-1).
         layers, branches: which compression branches to cycle (default all).
-        batch_size, n_boot, seed, progress: see `phase_sweep`.
+        batch_size, n_boot, seed: see `phase_sweep`.
+        progress: one progress bar over the sweeps, the baseline then one per delta (default;
+            `phaseinterp.progress`); False: silent.
         payload: roll the payload maps with the gates (`cycled_gates`).
 
     Returns:
@@ -193,13 +196,16 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
         raise ValueError("deltas is empty")
     curve = lambda correct, lab: PhaseCurve.from_correct(correct, batch, period=S, n_boot=n_boot, n_perm=200,  # noqa: E731
                                                          seed=seed, label=lab)
-    base = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=progress), "baseline")
+    bar = progress_bar(1 + len(deltas), "gate cycling", progress, unit="sweep")
+    base = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=False), "baseline")
+    bar.update()
     r = np.arange(R)
     boundary = [int(x) for x in r[r % S == S - 1]]
     out = []
     for delta in deltas:
         with cycled_gates(model, delta, layers=layers, branches=branches, payload=payload):
-            cyc = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=progress), f"delta={delta}")
+            cyc = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=False), f"delta={delta}")
+        bar.update()
         pred = base.accuracy[(r - delta) % R]
         inner = r % S != S - 1
         out.append(CyclingResult(
@@ -208,5 +214,6 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
             boundary=boundary, boundary_predicted=pred[~inner].tolist(), boundary_actual=cyc.accuracy[~inner].tolist(),
             payload=bool(payload), meta={"layers": sorted({l for l, _, _ in comps}), "branches": sorted({b for _, b, _ in comps}),
                   "model": model_config(model), "task": batch.meta, "seed": seed, "versions": versions()}))
+    bar.close()
     return out
 

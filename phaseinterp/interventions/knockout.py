@@ -25,6 +25,7 @@ from phaseinterp.interventions.stats import CHANGES, accuracy_change
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
+from phaseinterp.progress import in_chunks
 from phaseinterp.tasks import PhaseBatch
 from phaseinterp.units import Unit, check_level, head_units, level_size
 
@@ -114,7 +115,7 @@ def _warn_overlap(batch: PhaseBatch, calibration) -> None:
 
 def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration: PhaseBatch | Calibration | str | None,
                     *, replacement: str = "mean", per_residue: bool = False, positions: Positions = "final",
-                    method: str = "auto", seed: int = 0, max_rows: int = 2048
+                    method: str = "auto", seed: int = 0, max_rows: int = 2048, progress: bool = True
                     ) -> tuple[Float[Tensor, "batch vocab"], Float[Tensor, "unit batch vocab"], str]:
     """Clean logits and logits after each unit's knockout, at every row's query position.
 
@@ -126,7 +127,7 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
         "incremental" recomputes only the final position (positions="final", our model without
         hooks); "hooks" runs full forwards with the units stacked into the batch, `max_rows`
         rows each (TransformerLens hooks on our model, nnsight invokes on a backend); "auto"
-        picks incremental when it applies.
+        picks incremental when it applies. `progress`: a bar over the units (`phaseinterp.progress`).
     """
     model = runnable(model)
     if replacement not in REPLACEMENTS:
@@ -164,13 +165,16 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
     repl = {layer: (zeros() if calib is None else calib.replacement(replacement, layer, batch.residue.to(dev),
                                                                     per_residue=per_residue, seed=seed))
             for layer in sorted({u.layer for u in units})}
+    per, layers = max(1, max_rows // len(batch)), [u.layer for u in units]
     if run is not None:
         masks = torch.stack([u.mask(cfg, dev) for u in units])
         values = torch.stack([repl[u.layer][:, 0] for u in units])
-        return run.logits, run.run_z([u.layer for u in units], masks, values, max_rows=max_rows), method
+        return run.logits, in_chunks(lambda s: run.run_z(layers[s], masks[s], values[s], max_rows=max_rows),
+                                     len(units), per, progress=progress, desc="knockout"), method
     clean = model.final_logits(batch.tokens, batch.query_pos)
     edits = [knockout_edit(u, repl[u.layer], sites, cfg=cfg) for u in units]
-    return clean, model.run_units(batch.tokens, batch.query_pos, edits, max_rows=max_rows), method
+    return clean, in_chunks(lambda s: model.run_units(batch.tokens, batch.query_pos, edits[s], max_rows=max_rows),
+                            len(units), per, progress=progress, desc="knockout"), method
 
 
 def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]
@@ -183,7 +187,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
                  level: str = "kv_head", replacement: str = "mean", per_residue: bool = False,
                  positions: Positions = "final", layers: Sequence[int] | None = None, method: str = "auto",
                  n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, max_rows: int = 2048,
-                 label: str = "", change: str = "absolute", floor: float = RELIABLE_FLOOR) -> SpecializationMap:
+                 label: str = "", change: str = "absolute", floor: float = RELIABLE_FLOOR,
+                 progress: bool = True) -> SpecializationMap:
     """Accuracy change per (layer, unit, residue) when a unit is knocked out: absolute,
     `100 * (acc_ko - acc_clean)` in percentage points (default; defined at every residue, the weak
     phases included), or the paper's relative change `100 * (acc_ko - acc_clean) / acc_clean`
@@ -225,6 +230,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         floor: with change="relative", the smallest lower bound of the clean accuracy's interval
             (a fraction) at which a residue's relative change is reported (default 0.25, above the
             record-lookup task's chance of 0.1-0.25).
+        progress: a progress bar over the units (default; `phaseinterp.progress`); False: silent.
 
     Returns:
         SpecializationMap with dims (layer, level, residue) (level "layer": axis "heads" =
@@ -252,7 +258,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     _warn_overlap(batch, calibration)
     clean_logits, ko_logits, used = knockout_logits(
         model, batch, units, calibration, replacement=replacement, per_residue=per_residue, positions=positions,
-        method=method, seed=seed, max_rows=max_rows)
+        method=method, seed=seed, max_rows=max_rows, progress=progress)
     warn_unchanged([u.name for u in (units[i] for i in unchanged_units(ko_logits, clean_logits))],
                    f"knockout ({replacement})")
     answers = batch.answers
@@ -316,7 +322,7 @@ def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | s
     if not units:
         raise ValueError(f"{level}={index} is invalid: allowed 0..{level_size(model.cfg, level) - 1}")
     clean, ko, _ = knockout_logits(model, batch, units, calibration, replacement=replacement, per_residue=per_residue,
-                                   positions=positions, seed=seed)
+                                   positions=positions, seed=seed, progress=False)  # one unit: no bar
     warn_unchanged([units[0].name] if unchanged_units(ko, clean) else [], f"knockout ({replacement})")
     correct = is_correct(ko[0], batch.answers).cpu()
     return PhaseCurve.from_correct(correct, batch, n_boot=n_boot, n_perm=200, seed=seed,

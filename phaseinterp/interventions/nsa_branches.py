@@ -40,7 +40,8 @@ def branch_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor
 
 def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = None,
                     branches: Sequence[str] = BRANCHES, positions: str = "all", n_boot: int = 1000,
-                    confidence: float = 0.95, seed: int = 0, batch_size: int = 128, label: str = "") -> SpecializationMap:
+                    confidence: float = 0.95, seed: int = 0, batch_size: int = 128, label: str = "",
+                    progress: bool = True) -> SpecializationMap:
     """Absolute accuracy change (pp) per (layer, branch, residue) when a branch output is zeroed.
 
     Args:
@@ -50,6 +51,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
         positions: "all" (the branch removed from the layer) or "final" (query position only).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the change.
         batch_size: rows per forward.
+        progress: a progress bar over the forwards (default; `phaseinterp.progress`); False: silent.
 
     Returns:
         SpecializationMap, dims ("layer", "branch", "residue"), values in pp, bootstrap `lo`/`hi`,
@@ -78,7 +80,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
     device = model.device
     knockouts = [(layer, b) for layer in layer_ids for b in branches]
     clean_logits, ko_logits = model.branch_logits(batch.tokens.to(device), batch.query_pos.to(device), knockouts,
-                                                  positions=positions, batch_size=batch_size)
+                                                  positions=positions, batch_size=batch_size, progress=progress)
     warn_unchanged([f"L{layer}.{b}" for layer, b in (knockouts[i] for i in unchanged_units(ko_logits, clean_logits))],
                    f"branch knockout (zero, positions={positions})")
     answers = batch.answers.to(device)

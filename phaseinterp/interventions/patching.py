@@ -36,6 +36,7 @@ from phaseinterp.interventions.stats import accuracy_change, by_residue
 from phaseinterp.units import check_layers, check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
+from phaseinterp.progress import in_chunks
 
 UNITS = ("z", "resid", "entries", "gates")
 PATCH_CHANGES = ("absolute", "normalized")
@@ -90,7 +91,8 @@ def _row_sites(pair: Pairing, site: Any, T: int) -> tuple[Tensor, Tensor]:
 def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "head",
                         positions: Any = "final", layers: Sequence[int] | None = None, method: str = "auto",
                         rel_min: float | int = 0.1, max_rows: int = 2048, change: str = "absolute",
-                        n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> SpecializationMap:
+                        n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, progress: bool = True
+                        ) -> SpecializationMap:
     """Denoising activation patching map per residue of the clean rows: the accuracy each unit's
     patch restores in percentage points with its interval (default), or the normalized logit
     difference restored.
@@ -120,6 +122,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         n_boot, confidence, seed: the paired logical-example cluster bootstrap of the absolute
             change (the knockout maps' `paired_cluster_bootstrap`: the same resampled examples
             for the corrupt and the patched accuracy).
+        progress: a progress bar over the patched units (default; `phaseinterp.progress`); False: silent.
 
     Returns:
         SpecializationMap (direction +1): values in pp with `lo`/`hi` (`significant`: the
@@ -150,7 +153,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
     layer_ids, positions, fast = _check_patching(model, pair, unit, level, positions, layers, method, rel_min, max_rows)
     clean_logits = model.final_logits(pair.clean.tokens, pair.clean.query_pos)
     layout, labels, present, patched, corrupt_logits = _patched_logits(model, pair, unit, level, positions, layer_ids,
-                                                                       fast, max_rows)
+                                                                       fast, max_rows, progress)
     warn_unchanged([labels[i] for i in unchanged_units(patched, corrupt_logits)], f"patching {unit}")
     return _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
                          {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
@@ -194,7 +197,7 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
 
 
 def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any, layer_ids: list[int], fast: bool,
-                    max_rows: int) -> tuple:
+                    max_rows: int, progress: bool = True) -> tuple:
     """(layout, unit labels, present cells or None, patched final logits [unit, batch, vocab],
     corrupt final logits): one patched run per unit, incremental at the final position when `fast`."""
     cfg, corrupt, clean = model.cfg, pair.corrupt, pair.clean
@@ -206,15 +209,18 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
     elif unit == "resid":
         labels = [f"{l}.{s}" for l in layer_ids for s in positions]
         layout = (("layer", "position"), {"layer": layer_ids, "position": list(positions)})
+    per = max(1, max_rows // len(corrupt))
+    chunked = lambda run, n: in_chunks(run, n, per, progress=progress, desc=f"patching {unit}")  # noqa: E731
     if fast:  # z or resid at the final position: recompute only that position of the corrupt run
         run = model.final_position_run(corrupt.tokens, corrupt.query_pos)
         src = capture_final(model, clean, unit, layer_ids)
         if unit == "z":
             masks = torch.stack([u.mask(cfg, model.device) for u in units])
-            patched = run.run_z([u.layer for u in units], masks, torch.stack([src[u.layer] for u in units]),
-                                max_rows=max_rows)
+            values, layers = torch.stack([src[u.layer] for u in units]), [u.layer for u in units]
+            patched = chunked(lambda s: run.run_z(layers[s], masks[s], values[s], max_rows=max_rows), len(units))
         else:
-            patched = run.run_resid(layer_ids, torch.stack([src[l] for l in layer_ids]), max_rows=max_rows)
+            values = torch.stack([src[l] for l in layer_ids])
+            patched = chunked(lambda s: run.run_resid(layer_ids[s], values[s], max_rows=max_rows), len(layer_ids))
         return layout, labels, present, patched, run.logits
     if unit == "z":
         edits = _z_edits(model, pair, units, positions, layer_ids)
@@ -222,7 +228,8 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
         edits = _resid_edits(model, pair, positions, layer_ids)
     else:
         layout, labels, present, edits = _branch_edits(model, clean, unit, layer_ids)
-    patched = model.run_units(corrupt.tokens, corrupt.query_pos, edits, max_rows=max_rows)
+    patched = chunked(lambda s: model.run_units(corrupt.tokens, corrupt.query_pos, edits[s], max_rows=max_rows),
+                      len(edits))
     return layout, labels, present, patched, model.final_logits(corrupt.tokens, corrupt.query_pos)
 
 

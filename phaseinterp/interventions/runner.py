@@ -18,6 +18,7 @@ from torch import Tensor
 
 from phaseinterp.backends import Backend, resolve_model
 from phaseinterp.interventions.checks import check_at_least_one
+from phaseinterp.progress import in_chunks
 
 # A unit edit: {hook name: fn(activation block [B, ...]) -> edited block}, applied to one unit's rows.
 UnitEdit = dict[str, Callable[[Tensor], Tensor]]
@@ -48,7 +49,8 @@ def final_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor,
 
 def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
               units: Sequence[UnitEdit], *, max_rows: int = 2048,
-              base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
+              base_hooks: Sequence[tuple[str, Callable]] = (), progress: bool = True
+              ) -> Float[Tensor, "unit batch vocab"]:
     """Logits at `query_pos` for each unit's edit, several units per forward (`Backend.run_units`).
 
     The batch is repeated once per unit in a chunk (at most `max_rows` rows per forward, at
@@ -60,6 +62,7 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
         units: one {hook name: fn(block) -> block} per unit (an empty dict is the clean run).
         max_rows: rows per forward pass (units per forward = max(1, max_rows // batch)).
         base_hooks: hooks applied to every row before the unit edits (e.g. a gate override).
+        progress: a progress bar over the units (default; `phaseinterp.progress`); False: silent.
 
     Example:
         >>> zero_l0 = {"blocks.0.attn.hook_z": lambda z: torch.zeros_like(z)}
@@ -67,7 +70,9 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
         torch.Size([2, 8, 512])
     """
     check_at_least_one("max_rows", max_rows)
-    return runnable(model).run_units(tokens, query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
+    backend = runnable(model)
+    return in_chunks(lambda s: backend.run_units(tokens, query_pos, units[s], max_rows=max_rows, base_hooks=base_hooks),
+                     len(units), max(1, max_rows // max(len(tokens), 1)), progress=progress, desc="units")
 
 
 def capture(model, tokens: Int[Tensor, "batch pos"], names: Sequence[str],

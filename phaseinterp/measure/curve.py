@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import math
 import warnings
@@ -290,7 +289,8 @@ class PhaseCurve:
                 f"gap={self.gap_pp:.1f} pp, p={self.p_value:.3g}: {self.verdict()})")
 
     def _repr_html_(self) -> str:
-        table = self.to_pandas().to_html(index=False, float_format=lambda x: f"{x:.3f}")
-        return (f"<div><p><code>{html.escape(repr(self))}</code></p>{table}"
-                f"<p>figure: <code>phaseinterp.plot.phase_figure(curve)</code></p></div>")
+        """Jupyter: the phase figure (offline; plotly imported only here), then this repr."""
+        from phaseinterp.plot.display import curve_html  # the one upward import: tests/test_architecture.py
+
+        return curve_html(self)
 

@@ -3,7 +3,6 @@ with its provenance, ranking, coverage, tables, JSON round trip and a heatmap.""
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,9 +274,10 @@ class SpecializationMap:
         return f"SpecializationMap({what + ': ' if what else ''}{shape}, {self.quantity or 'value'}{rng})"
 
     def _repr_html_(self) -> str:
-        top = self.top(min(8, int(np.isfinite(self.values).sum()) or 1)).to_html(index=False, float_format=lambda x: f"{x:.3g}")
-        return (f"<div><p><code>{html.escape(repr(self))}</code></p><p>top cells (heatmap: "
-                f"<code>phaseinterp.plot.map_figure(map)</code>)</p>{top}</div>")
+        """Jupyter: the heatmap (offline; plotly imported only here), then this repr."""
+        from phaseinterp.plot.display import map_html  # the one upward import: tests/test_architecture.py
+
+        return map_html(self)
 
 
 _PREFIX = {**{k: PREFIX[k] for k in ("layer", "kv_head", "head")}, "offset": "o"}  # units: `Unit.name`

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from phaseinterp.config import period_of, renamed_keyword
 from phaseinterp.measure.curve import PhaseCurve
 from phaseinterp.measure.provenance import model_config
+from phaseinterp.progress import check_progress
 from phaseinterp.tasks import PhaseBatch
 
 Model = Callable[[Int[Tensor, "batch pos"]], Any]
@@ -101,7 +102,7 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
     sweep = getattr(model, "sweep_logits", None)  # every backend has it
     with eval_mode(getattr(model, "model", model)):  # a backend's module, else the callable
         bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
-                   disable=not progress, desc="phase sweep", unit="batch")
+                   disable=not check_progress(progress), desc="phase sweep", unit="batch")
         for mb in bar:
             if sweep is not None:
                 pred = sweep(mb.tokens, mb.query_pos, mb.prompt_id).argmax(-1).cpu()

@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # what a type checker reads; at run time each name is importe
     from phaseinterp.tasks.layout import (
         Geometry as Geometry, MatchedTargets as MatchedTargets, default_modulus as default_modulus)
     from phaseinterp.tasks.names import PROTOCOLS as PROTOCOLS, SPLITS as SPLITS, VARIANTS as VARIANTS
-    from phaseinterp.tasks.pools import TokenPools as TokenPools
+    from phaseinterp.tasks.pools import TokenPools as TokenPools, to_str_tokens as to_str_tokens
     from phaseinterp.tasks.record_lookup import RecordLookup as RecordLookup
     from phaseinterp.tasks.text import TASKS as TASKS, TextRecordLookup as TextRecordLookup
 
@@ -19,7 +19,7 @@ _EXPORTS = {
     **dict.fromkeys(('PhaseBatch',), "batch"),
     **dict.fromkeys(('induction_batch', 'induction_final_batch'), "induction"),
     **dict.fromkeys(('Geometry', 'MatchedTargets', 'default_modulus'), "layout"),
-    **dict.fromkeys(('TokenPools',), "pools"),
+    **dict.fromkeys(('TokenPools', 'to_str_tokens'), "pools"),
     **dict.fromkeys(('PROTOCOLS', 'SPLITS', 'VARIANTS'), "names"),
     **dict.fromkeys(('RecordLookup',), "record_lookup"),
     **dict.fromkeys(('TextRecordLookup', 'TASKS'), "text"),

@@ -89,3 +89,52 @@ class TokenPools:
         rest, filler = ids[:-n_fill], ids[-n_fill:]
         half = len(rest) // 2
         return cls(keys=rest[:half], values=rest[half : 2 * half], filler=filler, head=(bos_id,))
+
+    def to_str_tokens(self, tokens) -> list[str] | list[list[str]]:
+        """Role-aware names of token ids: "BOS" (the single head token; several: "H0", "H1", ...),
+        "K{i}" = `keys[i]`, "V{i}" = `values[i]`, "FILL" (any filler), "T{i}" = `tail[i]`, and
+        "#{id}" for an id in no pool. A 1-D input gives a list, a 2-D input a list per row.
+
+        Example:
+            >>> TokenPools.synthetic(64).to_str_tokens([0, 1, 29, 62])
+            ['BOS', 'K0', 'V0', 'FILL']
+        """
+        arr = np.asarray(tokens.detach().cpu() if hasattr(tokens, "detach") else tokens)
+        if arr.ndim not in (1, 2) or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError(f"tokens of shape {arr.shape} and dtype {arr.dtype} are invalid: allowed integer ids, "
+                             "1-D [pos] or 2-D [batch, pos]")
+        names = self._names()
+        rows = [[names.get(int(t), f"#{int(t)}") for t in row] for row in arr.reshape(-1, arr.shape[-1])]
+        return rows[0] if arr.ndim == 1 else rows
+
+    def _names(self) -> dict[int, str]:
+        names = {int(t): "FILL" for t in self.filler}
+        names.update({int(t): f"K{i}" for i, t in enumerate(self.keys)})
+        names.update({int(t): f"V{i}" for i, t in enumerate(self.values)})
+        names.update({t: f"T{i}" for i, t in enumerate(self.tail)})
+        names.update({t: "BOS" if len(self.head) == 1 else f"H{i}" for i, t in enumerate(self.head)})
+        return names
+
+
+def to_str_tokens(tokens, vocab) -> list[str] | list[list[str]]:
+    """Names of token ids for labels: `vocab` is `TokenPools`, a task with `.pools` (RecordLookup),
+    or the size of a synthetic vocabulary (`TokenPools.synthetic(vocab)`); see
+    `TokenPools.to_str_tokens`.
+
+    Example:
+        >>> to_str_tokens([0, 1, 29, 62], 64)
+        ['BOS', 'K0', 'V0', 'FILL']
+    """
+    return pools_of(vocab).to_str_tokens(tokens)
+
+
+def pools_of(vocab) -> TokenPools:
+    """The pools `vocab` names (TokenPools, a task with `.pools`, or a synthetic vocabulary size)."""
+    if isinstance(vocab, TokenPools):
+        return vocab
+    if isinstance(getattr(vocab, "pools", None), TokenPools):
+        return vocab.pools
+    if isinstance(vocab, (int, np.integer)) and not isinstance(vocab, bool):
+        return TokenPools.synthetic(int(vocab))
+    raise ValueError(f"vocab={vocab!r} is invalid: allowed TokenPools, a task with .pools (RecordLookup) or a "
+                     "synthetic vocabulary size (an integer >= 8)")
