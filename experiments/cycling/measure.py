@@ -84,7 +84,7 @@ def cycle_run(path, *, n_all: int, n_layer: int, n_boot: int, task_seed: int, pr
         batch = task.sample(n, R, seed=task_seed)
         out["scopes"][scope] = {"n_per_residue": n, "layers": sel or layers}
         for payload in (False, True):
-            res = gate_cycling(model, batch, layers=sel, n_boot=n_boot, seed=task_seed, payload=payload)
+            res = gate_cycling(model, batch, layers=sel, n_boot=n_boot, seed=task_seed, payload=payload, progress=False)
             out["stride"] = res[0].stride
             out["scopes"][scope]["with payload" if payload else "gates only"] = _record(res)
         if scope == "all":
