@@ -137,10 +137,11 @@ def test_every_shipped_checkpoint_carries_a_digest_and_an_edit_of_it_is_caught(t
         phaseinterp.load(tmp_path / "w4s4-edited.safetensors")
 
 
-def test_shipped_checkpoints_stay_within_the_60_mb_budget():
-    """The zoo issue's budget for the repository's checkpoints (docs/training.md)."""
+def test_shipped_checkpoints_stay_within_the_120_mb_budget():
+    """The repository's budget for checkpoints: 60 MB for the zoo's two seeds per member, raised to 120 MB
+    when seeds became the unit (at least 4 per headline member and the control's members, issue 32)."""
     total = sum(p.stat().st_size for p in SHIPPED)
-    assert total < 60e6, f"shipped checkpoints take {total / 1e6:.1f} MB, budget 60 MB: drop or shrink some"
+    assert total < 120e6, f"shipped checkpoints take {total / 1e6:.1f} MB, budget 120 MB: drop or shrink some"
 
 
 def test_a_checkpoint_without_a_digest_loads_with_a_warning(tmp_path):

@@ -31,9 +31,11 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def study(root: Path, *, n_all: int, n_layer: int, n_boot: int, task_seed: int, only: list[str] | None = None
-          ) -> dict[str, Any]:
-    """The result record: every zoo run with its status, and the cycling results of those cycled."""
+def study(root: Path, *, n_all: int, n_layer: int, n_boot: int, task_seed: int, only: list[str] | None = None,
+          previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The result record: every zoo run with its status, and the cycling results of those cycled.
+    A record of `previous` (an earlier result with the same settings) is kept when its run has the same
+    status and, if cycled, the same weights (sha256), so new seeds are added without cycling the rest again."""
     from phaseinterp.measure.provenance import versions
 
     from experiments.cycling.measure import cycle_run
@@ -44,8 +46,15 @@ def study(root: Path, *, n_all: int, n_layer: int, n_boot: int, task_seed: int, 
         if unknown:
             raise ValueError(f"--runs {unknown}: no such zoo run; allowed {[r.name for r in runs]}")
         runs = [r for r in runs if r.name in only]
+    settings = {"n_per_residue_all_layers": n_all, "n_per_residue_each_layer": n_layer, "n_boot": n_boot,
+                "task_seed": task_seed}
+    kept = {r["name"]: r for r in previous["runs"]} if previous and previous.get("settings") == settings else {}
     records, t_all = [], time.process_time()
     for run in runs:
+        old = kept.get(run.name)
+        if old is not None and old["status"] == run.status and (run.status != "cycled" or old["sha256"] == sha256(run.path)):
+            records.append(old)
+            continue
         rec = {"name": run.name, "member": run.member, "seed": run.seed, "architecture": run.architecture,
                "rope": run.rope, "status": run.status, "checkpoint": run.path.relative_to(root).as_posix()}
         if run.status == "cycled":
@@ -57,9 +66,7 @@ def study(root: Path, *, n_all: int, n_layer: int, n_boot: int, task_seed: int, 
             print(f"{run.name:24s} S={rec['result']['stride']:2d} {rec['cpu_s']:6.1f} CPU s", flush=True)
         records.append(rec)
     return jsonable({"command": COMMAND, "protocol": PROTOCOL, "sources": [list(s) for s in SOURCES],
-                     "settings": {"n_per_residue_all_layers": n_all, "n_per_residue_each_layer": n_layer,
-                                  "n_boot": n_boot, "task_seed": task_seed},
-                     "runs": records, "cpu_s": time.process_time() - t_all, "versions": versions()})
+                     "settings": settings, "runs": records, "cpu_s": time.process_time() - t_all, "versions": versions()})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="result folder (default ROOT/assets/results)")
     p.add_argument("--docs", type=Path, default=None, help="docs page whose numbers block is rewritten "
                    "(default ROOT/docs/cycling.md; 'none' to skip)")
+    p.add_argument("--fresh", action="store_true", help="cycle every run again (default: keep the records of OUT/cycling.json "
+                   "whose run kept its status and weights, when its settings are these)")
     p.add_argument("--render-only", action="store_true", help="re-render cycling.md and the docs block from cycling.json")
     args = p.parse_args(argv)
 
@@ -88,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         data = json.loads((out / "cycling.json").read_text())
     else:
+        previous = None if args.fresh or not (out / "cycling.json").is_file() else json.loads((out / "cycling.json").read_text())
         data = study(args.root, n_all=args.n_all, n_layer=args.n_layer, n_boot=args.n_boot, task_seed=args.task_seed,
-                     only=args.runs)
+                     only=args.runs, previous=previous)
     data["summary"] = jsonable(summary(data))
     write_atomically(out / "cycling.json", json.dumps(data, indent=1) + "\n")
 

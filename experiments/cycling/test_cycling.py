@@ -24,7 +24,7 @@ def shipped() -> dict:
     return json.loads(RESULT.read_text())
 
 
-def test_quick_run_cycles_one_run_in_every_scope_and_variant(tmp_path):
+def test_quick_run_cycles_one_run_in_every_scope_and_variant_and_keeps_it(tmp_path, monkeypatch):
     assert main(["--runs", "zoo-w2s2-s0", "--n-all", "2", "--n-layer", "2", "--n-boot", "20", "--out", str(tmp_path),
                  "--docs", "none"]) == 0
     data = json.loads((tmp_path / "cycling.json").read_text())
@@ -39,6 +39,18 @@ def test_quick_run_cycles_one_run_in_every_scope_and_variant(tmp_path):
     assert all(-1 <= s["cos_pairs"] <= 1 for s in res["payload_similarity"])
     assert (tmp_path / "cycling.md").read_text() == markdown(data)
     assert data["settings"]["n_per_residue_all_layers"] == 2 and "torch" in data["versions"]
+
+    def no_cycling(*args, **kwargs):
+        raise AssertionError("a kept record was cycled again")
+
+    monkeypatch.setattr("experiments.cycling.measure.cycle_run", no_cycling)
+    args = ["--runs", "zoo-w2s2-s0", "--n-all", "2", "--n-layer", "2", "--n-boot", "20", "--out", str(tmp_path), "--docs", "none"]
+    assert main(args) == 0  # same settings, same weights: the record is kept
+    assert json.loads((tmp_path / "cycling.json").read_text())["runs"] == data["runs"]
+    with pytest.raises(AssertionError, match="cycled again"):
+        main([*args, "--fresh"])
+    with pytest.raises(AssertionError, match="cycled again"):
+        main([*args[:-6], "--n-all", "3", *args[-4:]])  # other settings: nothing kept
     with pytest.raises(ValueError, match="no such zoo run"):
         main(["--runs", "zoo-nothing-s9", "--out", str(tmp_path), "--docs", "none"])
 
