@@ -157,9 +157,18 @@ def make_task(args: argparse.Namespace, model):
 
 
 def write_json(path: Path, obj: Any) -> Path:
+    from phaseinterp.measure.outputs import write_atomic
     from phaseinterp.measure.provenance import dumps
 
-    path.write_text(dumps(obj))
+    return write_atomic(path, dumps(obj))
+
+
+def write_csv(df, path: Path) -> Path:
+    """`df.to_csv(path, index=False)`, whole or not at all."""
+    from phaseinterp.measure.outputs import atomic_path
+
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
     return path
 
 

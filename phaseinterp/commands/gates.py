@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
-                                          write_json)
+                                          write_csv, write_json)
+from phaseinterp.commands._guard import add_guard_args
 
 DESCRIPTION = """Gate analysis of a compressed model on record lookup. Writes OUT/gate_stats.{csv,json},
 OUT/gate_profiles.csv, OUT/gate_plane.html, OUT/gate_profiles.html, OUT/cycling.{json,csv,html},
@@ -30,6 +31,7 @@ def register(subparsers: Any) -> None:
                         "folder named like CHECKPOINT next to it (shipped intermediate checkpoints)")
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_guard_args(p, result="summary.json")
     p.set_defaults(func=run)
 
 
@@ -103,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     label = model_label(args)
     stats, profiles = res["stats"], res["profiles"]
-    stats.to_csv(out / "gate_stats.csv", index=False)
-    profiles.to_csv(out / "gate_profiles.csv", index=False)
+    write_csv(stats, out / "gate_stats.csv")
+    write_csv(profiles, out / "gate_profiles.csv")
     save_html(gate_plane_figure(stats, title=f"{label}: gate concentration"), out / "gate_plane.html")
     save_html(gate_profile_figure(profiles), out / "gate_profiles.html")
     summary: dict[str, Any] = {"source": source(args), "model": model_config(res["model"]), "versions": versions(),
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         cyc = res["cycling"]
         import pandas as pd
 
-        pd.concat([c.to_pandas() for c in cyc]).to_csv(out / "cycling.csv", index=False)
+        write_csv(pd.concat([c.to_pandas() for c in cyc]), out / "cycling.csv")
         write_json(out / "cycling.json", [c.to_dict() for c in cyc])
         save_html(cycling_figure(cyc, title=f"{label}: gate cycling"), out / "cycling.html")
         summary["cycling"] = [c.summary() for c in cyc]
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{ga!r}")
     if "dynamics" in res:
         dyn = res["dynamics"]
-        dyn.to_csv(out / "dynamics.csv", index=False)
+        write_csv(dyn, out / "dynamics.csv")
         save_html(gate_dynamics_figure(dyn, title=f"{label}: gate concentration during training"), out / "dynamics.html")
         summary["dynamics"] = dyn.to_dict(orient="records")
         steps = sorted(int(x) for x in dyn["step"].unique())

@@ -10,6 +10,7 @@ from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
                                           write_json)
+from phaseinterp.commands._guard import add_guard_args
 from phaseinterp.units import LEVELS
 
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
@@ -47,6 +48,7 @@ def register(subparsers: Any) -> None:
                         "with a cluster-bootstrap interval (the normalized logit difference in their 'normalized' column)")
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_guard_args(p, result="summary.json", resume=True)
     p.set_defaults(func=run)
 
 
@@ -72,7 +74,8 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     smap = knockout_map(model, batch, calib, level=args.level, replacement=args.replacement,
                         per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
                         n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),
-                        change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25))
+                        change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25),
+                        resume=None if getattr(args, "journal", None) is None else Path(args.journal) / "knockout")
     smap.meta["source"] = source(args)
     out = {"knockout": smap, "model": model, "batch": batch}
     if args.patching:
