@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from phaseinterp.cli import main
@@ -22,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The verb as a subprocess, killed with SIGKILL by itself at a chosen point of its journal writes
 # (deterministic kill points; the computation itself is the CLI's, untouched).
 KILLER = r"""
-import os, signal, sys
+import os, signal, sys, time
 from pathlib import Path
 from phaseinterp.measure import journal
 mode, k, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -39,6 +38,8 @@ def write_atomic(path, data):
     out = real(path, data)
     if mode == "after" and count[0] == k:
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "pause" and count[0] == k:  # holds its --out until the test kills it
+        time.sleep(600)
     return out
 
 journal.write_atomic = write_atomic
@@ -57,7 +58,7 @@ VERBS = {
 KILLS = [("after", 1), ("after", 4), ("during", 6)]
 
 
-def _env() -> dict:
+def env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
@@ -86,7 +87,7 @@ def test_killed_runs_resume_bit_identical(tmp_path, verb):
     for mode, k in KILLS:  # all kill points at once: the imports dominate
         out = tmp_path / f"{mode}{k}"
         procs[(mode, k)] = subprocess.Popen([sys.executable, str(script), mode, str(k), *argv, "--out", str(out)],
-                                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                            env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
     whole = {f: _comparable(tmp_path / "whole" / f) for f in files}
     assert not (tmp_path / "whole" / ".journal").exists()  # removed once the result exists
