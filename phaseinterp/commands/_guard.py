@@ -2,12 +2,15 @@
 `guarded_out`): one run at a time (`OUT/.lock`, `measure.outputs.OutputLock`), a finished folder
 kept unless `--overwrite`, and the journal of long work (`OUT/.journal`) continued with `--resume`.
 
+Under torchrun (`train`) only rank 0 takes the lock, for the whole group.
+
 A folder is finished when the verb's result file exists; verbs write it last, every file
 atomically, so a finished folder is whole. The journal is removed once the result file exists."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from contextlib import contextmanager
@@ -39,6 +42,10 @@ def guarded_out(args: argparse.Namespace) -> Iterator[None]:
     from phaseinterp.measure.outputs import OutputLock
 
     out = Path(args.out)
+    if int(os.environ.get("RANK", "0")) != 0:  # torchrun's other processes: rank 0 holds the folder for them all
+        args.journal = None
+        yield
+        return
     lock = OutputLock(out, command=f"phaseinterp {args.command}").acquire()
     try:
         if lock.note:
