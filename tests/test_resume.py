@@ -48,11 +48,12 @@ sys.exit(main(argv))
 """
 
 VERBS = {
-    # 32 rows in minibatches of 4: 8 units
-    "sweep": (["sweep", "w4s4", "--n-per-residue", "8", "--batch-size", "4", "--n-boot", "50", "--n-perm", "50",
+    # a model whose correctness varies from example to example and from head to head (a unit taken
+    # from the wrong place would show); 32 rows in minibatches of 4: 8 units
+    "sweep": (["sweep", "zoo-csa-s1", "--n-per-residue", "8", "--batch-size", "4", "--n-boot", "50", "--n-perm", "50",
                "--no-progress"], 8, "sweep", ["curve.json", "curve.csv"]),
     # 8 query heads, one per forward (--max-rows 1): 8 units
-    "knockout": (["knockout", "w4s4", "--n-per-residue", "4", "--level", "head", "--max-rows", "1", "--n-boot", "50"],
+    "knockout": (["knockout", "zoo-csa-s1", "--n-per-residue", "4", "--level", "head", "--max-rows", "1", "--n-boot", "50"],
                  8, "knockout", ["knockout_map.json", "knockout_map.csv", "clean_curve.json", "summary.json"]),
 }
 KILLS = [("after", 1), ("after", 4), ("during", 6)]
