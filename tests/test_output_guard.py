@@ -149,3 +149,25 @@ def test_knockout_map_resume_api(tmp_path):
         knockout_map(model, batch, calib, resume=tmp_path / "j", **{**kw, "replacement": "zero"})
     with pytest.raises(ValueError, match=r"different: calibration"):
         knockout_map(model, batch, task.sample(4, modulus=4, seed=3, split="calibration"), resume=tmp_path / "j", **kw)
+
+
+def test_activation_patching_resume_api(tmp_path):
+    from phaseinterp.interventions import activation_patching, mapping_swap
+
+    model = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0).eval()
+    batch = RecordLookup(vocab_size=128, n_records=8, n_demos=1).sample(4, modulus=4)
+    pair = mapping_swap(batch)
+    kw = dict(unit="z", level="head", n_boot=50, max_rows=16)  # one unit per forward, one chunk each
+    plain = activation_patching(model, pair, **kw)
+    first = activation_patching(model, pair, resume=tmp_path / "j", **kw)
+    n = first.meta["resumed"]["of"]
+    assert n == len(plain.coords["layer"]) * len(plain.coords["head"]) and first.meta["resumed"]["chunks"] == 0
+    (tmp_path / "j" / "chunk00002.npz").unlink()
+    again = activation_patching(model, pair, resume=tmp_path / "j", **kw)
+    assert again.meta["resumed"] == {"chunks": n - 1, "of": n}
+    for m in (first, again):
+        for a, b in [(m.values, plain.values), (m.extras["normalized"], plain.extras["normalized"]),
+                     (m.extras["acc_patched"], plain.extras["acc_patched"])]:
+            assert a.tobytes() == b.tobytes()
+    with pytest.raises(ValueError, match=r"different: corrupt"):
+        activation_patching(model, mapping_swap(batch, seed=5), resume=tmp_path / "j", **kw)

@@ -1,6 +1,7 @@
-"""Resumable long work: `phaseinterp sweep` and `phaseinterp knockout` killed with SIGKILL at several
-points (after the first unit, mid-way, in the middle of writing a unit) and continued with
-`--resume` give result files equal to an uninterrupted run's, bit for bit; the journal refuses
+"""Resumable long work: `phaseinterp sweep` and `phaseinterp knockout --patching` killed with SIGKILL at
+several points (after the first unit, mid-way, in the middle of writing a unit, inside each
+patching map) and continued with `--resume` give result files equal to an uninterrupted run's, bit
+for bit; the journal refuses
 other inputs; the API's `resume=` does the same for `phase_sweep` and `knockout_map`."""
 
 from __future__ import annotations
@@ -51,12 +52,16 @@ VERBS = {
     # a model whose correctness varies from example to example and from head to head (a unit taken
     # from the wrong place would show); 32 rows in minibatches of 4: 8 units
     "sweep": (["sweep", "zoo-csa-s1", "--n-per-residue", "8", "--batch-size", "4", "--n-boot", "50", "--n-perm", "50",
-               "--no-progress"], 8, "sweep", ["curve.json", "curve.csv"]),
-    # 8 query heads, one per forward (--max-rows 1): 8 units
-    "knockout": (["knockout", "zoo-csa-s1", "--n-per-residue", "4", "--level", "head", "--max-rows", "1", "--n-boot", "50"],
-                 8, "knockout", ["knockout_map.json", "knockout_map.csv", "clean_curve.json", "summary.json"]),
+               "--no-progress"], 8, ["curve.json", "curve.csv"]),
+    # 8 query heads, one per forward (--max-rows 1): 8 units, then 8 of each patching map
+    "knockout": (["knockout", "zoo-csa-s1", "--n-per-residue", "4", "--level", "head", "--max-rows", "1", "--n-boot", "50",
+                  "--patching"], 24,
+                 ["summary.json", "knockout_map.json", "knockout_map.csv", "clean_curve.json", "patch_mapping.json",
+                  "patch_mapping.csv", "patch_phase.json", "patch_phase.csv"]),
 }
-KILLS = [("after", 1), ("after", 4), ("during", 6)]
+# (verb, how, k): killed after its k-th unit file, or while writing it
+KILLS = [("sweep", "after", 1), ("sweep", "after", 4), ("sweep", "during", 6),
+         ("knockout", "after", 1), ("knockout", "during", 6), ("knockout", "after", 12), ("knockout", "during", 20)]
 
 
 def env() -> dict:
@@ -81,11 +86,11 @@ def _comparable(path: Path):
 
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_killed_runs_resume_bit_identical(tmp_path, verb):
-    argv, n_units, sub, files = VERBS[verb]
+    argv, n_units, files = VERBS[verb]
     script = tmp_path / "killer.py"
     script.write_text(KILLER)
     procs = {}
-    for mode, k in KILLS:  # all kill points at once: the imports dominate
+    for _, mode, k in [kill for kill in KILLS if kill[0] == verb]:  # all kill points at once: the imports dominate
         out = tmp_path / f"{mode}{k}"
         procs[(mode, k)] = subprocess.Popen([sys.executable, str(script), mode, str(k), *argv, "--out", str(out)],
                                             env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -96,17 +101,20 @@ def test_killed_runs_resume_bit_identical(tmp_path, verb):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
         out = tmp_path / f"{mode}{k}"
-        done = [p for p in (out / ".journal" / sub).glob("*.npz") if not p.name.startswith(".")]
+        done = [p for p in (out / ".journal").rglob("*.npz") if not p.name.startswith(".")]
         assert len(done) == (k if mode == "after" else k - 1)
         assert (out / ".lock").exists() and not (out / files[0]).exists()  # killed: stale lock, no result
         if mode == "during":
-            assert list((out / ".journal" / sub).glob(".*.tmp-*"))  # the half-written unit
+            assert list((out / ".journal").rglob(".*.tmp-*"))  # the half-written unit
         # without --resume the unfinished folder is refused (its journal is kept)
         assert main([*argv, "--out", str(out)]) == 2
         assert main([*argv, "--out", str(out), "--resume"]) == 0
         for f in files:
             assert _comparable(out / f) == whole[f], f"{verb} killed {mode} {k}: {f} differs"
-        result = json.loads((out / files[0]).read_text())
-        resumed = result["config"]["resumed"] if verb == "sweep" else result["meta"]["resumed"]
-        assert list(resumed.values()) == [len(done), n_units]
+        if verb == "sweep":
+            resumed = [json.loads((out / "curve.json").read_text())["config"]["resumed"]]
+        else:
+            resumed = [json.loads((out / f).read_text())["meta"]["resumed"]
+                       for f in ("knockout_map.json", "patch_mapping.json", "patch_phase.json")]
+        assert sum(r[next(iter(r))] for r in resumed) == len(done) and sum(r["of"] for r in resumed) == n_units
         assert not (out / ".lock").exists() and not (out / ".journal").exists()

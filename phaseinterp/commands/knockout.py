@@ -75,16 +75,23 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
                         per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
                         n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),
                         change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25),
-                        resume=None if getattr(args, "journal", None) is None else Path(args.journal) / "knockout")
+                        resume=_journal(args, "knockout"))
     smap.meta["source"] = source(args)
     out = {"knockout": smap, "model": model, "batch": batch}
     if args.patching:
         level = args.level if args.level != "layer" else "kv_head"
         stats = dict(n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows)
         out["patch_mapping"] = activation_patching(model, mapping_swap(batch, seed=args.task_seed), unit="z",
-                                                   level=level, **stats)
-        out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), unit="z", level=level, **stats)
+                                                   level=level, resume=_journal(args, "patch_mapping"), **stats)
+        out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), unit="z", level=level,
+                                                 resume=_journal(args, "patch_phase"), **stats)
     return out
+
+
+def _journal(args: argparse.Namespace, name: str) -> Path | None:
+    """This map's journal folder under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
+    folder = getattr(args, "journal", None)
+    return None if folder is None else Path(folder) / name
 
 
 def run(args: argparse.Namespace) -> int:

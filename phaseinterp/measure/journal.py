@@ -34,6 +34,16 @@ def _digest(*parts: Any) -> str:
         elif isinstance(p, np.ndarray):
             h.update(f"{p.dtype}{p.shape}".encode())
             h.update(np.ascontiguousarray(p).tobytes())
+        elif isinstance(p, dict):  # tensors inside are hashed whole (str() of a tensor elides values)
+            h.update(b"{")
+            for k in sorted(p, key=str):
+                h.update(_digest(str(k), p[k]).encode())
+            h.update(b"}")
+        elif isinstance(p, (list, tuple)):
+            h.update(b"[")
+            for v in p:
+                h.update(_digest(v).encode())
+            h.update(b"]")
         else:
             h.update(json.dumps(p, sort_keys=True, default=str).encode())
     return h.hexdigest()
