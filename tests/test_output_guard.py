@@ -171,3 +171,26 @@ def test_activation_patching_resume_api(tmp_path):
             assert a.tobytes() == b.tobytes()
     with pytest.raises(ValueError, match=r"different: corrupt"):
         activation_patching(model, mapping_swap(batch, seed=5), resume=tmp_path / "j", **kw)
+
+
+def test_gate_cycling_resume_api(tmp_path):
+    from phaseinterp.interventions import gate_cycling
+
+    import phaseinterp
+
+    model = phaseinterp.load("zoo-csa-s1")  # trained: its curves, and so R^2, are not degenerate
+    batch = RecordLookup(vocab_size=256, n_records=10, n_demos=6).sample(4, modulus=4)
+    kw = dict(deltas=[1, 2], batch_size=4, n_boot=50)
+    plain = gate_cycling(model, batch, **kw)
+    first = gate_cycling(model, batch, resume=tmp_path / "j", **kw)
+    assert [r.meta["resumed"] for r in first] == [{"baseline": 0, "cycled": 0, "of": 4}] * 2
+    folders = sorted(p.name for p in (tmp_path / "j").iterdir())
+    assert len(folders) == 3 and folders[0].endswith(".baseline")
+    (tmp_path / "j" / folders[1] / "mb000002.npz").unlink()  # delta 1: as if killed before that minibatch
+    again = gate_cycling(model, batch, resume=tmp_path / "j", **kw)
+    assert [r.meta["resumed"] for r in again] == [{"baseline": 4, "cycled": 3, "of": 4},
+                                                  {"baseline": 4, "cycled": 4, "of": 4}]
+    for runs in (first, again):
+        for r, p in zip(runs, plain):
+            assert r.cycled.correct.tobytes() == p.cycled.correct.tobytes()
+            assert r.baseline.correct.tobytes() == p.baseline.correct.tobytes() and r.r2 == p.r2  # not nan

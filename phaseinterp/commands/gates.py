@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
                         "folder named like CHECKPOINT next to it (shipped intermediate checkpoints)")
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    add_guard_args(p, result="summary.json")
+    add_guard_args(p, result="summary.json", resume=True)
     p.set_defaults(func=run)
 
 
@@ -60,6 +60,12 @@ def dynamics_paths(args: argparse.Namespace) -> list[Path]:
     return sorted(files, key=lambda f: checkpoint_step(f, 10**12))
 
 
+def _journal(args: argparse.Namespace) -> Path | None:
+    """The gate-cycling journal under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
+    folder = getattr(args, "journal", None)
+    return None if folder is None else Path(folder) / "cycling"
+
+
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     from phaseinterp.analysis import gate_dynamics, gate_profiles, gate_statistics
     from phaseinterp.interventions import compressors, gate_attribution, gate_cycling
@@ -86,7 +92,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             if modulus % S:
                 continue
             out["cycling"] += gate_cycling(model, batch, args.deltas, layers=layers, n_boot=args.n_boot,
-                                           seed=args.task_seed)
+                                           seed=args.task_seed, resume=_journal(args))
     if not args.no_attribution and any(c.kind.learned for _, _, c in compressors(model, args.layers)):
         out["attribution"] = gate_attribution(model, batch, override=args.override, mode=args.mode,
                                               layers=args.layers, max_rows=args.max_rows)
