@@ -38,6 +38,19 @@ def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
 
 
+def add_guard_args(p: argparse.ArgumentParser, result: str, resume: bool = False) -> None:
+    """`--overwrite` (and with `resume`, `--resume`) for a verb whose finished folder holds `result`
+    (the guard that reads them: `commands/_guard.py`)."""
+    p.set_defaults(result_file=result, journal_ok=resume)
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace the results of a finished --out folder (one holding {result}); without it such a "
+                        "folder is refused")
+    if resume:
+        p.add_argument("--resume", action="store_true",
+                       help="continue an unfinished run in --out from its journal (OUT/.journal: the units a killed "
+                            "run finished); the result is the uninterrupted run's, bit for bit")
+
+
 def _deprecated_alias(new: str) -> type[argparse.Action]:
     """Action of an old option name kept for scripts: stores into `new`'s dest and warns (FutureWarning:
     shown to command-line users)."""

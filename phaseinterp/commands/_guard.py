@@ -20,18 +20,6 @@ from typing import Iterator
 JOURNAL = ".journal"
 
 
-def add_guard_args(p: argparse.ArgumentParser, result: str, resume: bool = False) -> None:
-    """`--overwrite` (and with `resume`, `--resume`) for a verb whose finished folder holds `result`."""
-    p.set_defaults(result_file=result, journal_ok=resume)
-    p.add_argument("--overwrite", action="store_true",
-                   help=f"replace the results of a finished --out folder (one holding {result}); without it such a "
-                        "folder is refused")
-    if resume:
-        p.add_argument("--resume", action="store_true",
-                       help="continue an unfinished run in --out from its journal (OUT/.journal: the units a killed "
-                            "run finished); the result is the uninterrupted run's, bit for bit")
-
-
 def _units(journal: Path) -> int:
     return sum(1 for p in journal.rglob("*.npz") if not p.name.startswith("."))
 

@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from phaseinterp.commands._common import add_period_arg
-from phaseinterp.commands._guard import add_guard_args
+from phaseinterp.commands._common import add_guard_args, add_period_arg
 
 DESCRIPTION = """Vary a filler of L tokens before a fixed prompt and record each candidate next token's
 probability per L; report whether the preferred candidate follows L mod P. Writes DIR/flip.json and

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
-                                          write_csv, write_json)
-from phaseinterp.commands._guard import add_guard_args
+                                          write_csv, write_json, add_guard_args)
 
 DESCRIPTION = """Gate analysis of a compressed model on record lookup. Writes OUT/gate_stats.{csv,json},
 OUT/gate_profiles.csv, OUT/gate_plane.html, OUT/gate_profiles.html, OUT/cycling.{json,csv,html},

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
-                                          write_json)
-from phaseinterp.commands._guard import add_guard_args
+                                          write_json, add_guard_args)
 from phaseinterp.units import LEVELS
 
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phaseinterp.commands._common import (add_model_args, add_period_arg, add_task_args, load_model, make_task, model_label,
-                                          source, write_csv)
-from phaseinterp.commands._guard import add_guard_args
+                                          source, write_csv, add_guard_args)
 
 if TYPE_CHECKING:
     from phaseinterp.measure import PhaseCurve
