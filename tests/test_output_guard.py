@@ -67,6 +67,7 @@ def test_finished_folder_needs_overwrite(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--out {str(out)!r} holds a finished run (curve.json exists): allowed --overwrite" in err
     assert (out / "curve.json").stat().st_mtime_ns == first
+    (out / ".figure.tmp-999.html").write_text("<html>half")  # a write a killed run left behind
     assert main([*SWEEP, "--out", str(out), "--overwrite"]) == 0
     assert (out / "curve.json").stat().st_mtime_ns > first
     assert sorted(p.name for p in out.iterdir()) == ["curve.csv", "curve.json", "figure.html", "plotly.min.js"]

@@ -118,3 +118,4 @@ def test_killed_runs_resume_bit_identical(tmp_path, verb):
                        for f in ("knockout_map.json", "patch_mapping.json", "patch_phase.json")]
         assert sum(r[next(iter(r))] for r in resumed) == len(done) and sum(r["of"] for r in resumed) == n_units
         assert not (out / ".lock").exists() and not (out / ".journal").exists()
+        assert not [p.name for p in out.iterdir() if p.name.startswith(".")]

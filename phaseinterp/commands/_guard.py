@@ -38,6 +38,9 @@ def guarded_out(args: argparse.Namespace) -> Iterator[None]:
     try:
         if lock.note:
             print(f"phaseinterp {args.command}: note: {lock.note}", file=sys.stderr)
+        for tmp in out.glob(".*.tmp-*"):  # half-written files of a killed run (ours to remove: we hold the lock)
+            if not tmp.name.startswith(".lock"):
+                tmp.unlink(missing_ok=True)
         result = getattr(args, "result_file", None)
         journal = out / JOURNAL
         overwrite, resume = getattr(args, "overwrite", False), getattr(args, "journal_ok", False) and args.resume
