@@ -81,8 +81,11 @@ class Journal:
         ValueError: the folder holds a journal of another kind or of other inputs (naming them).
 
     Example:
-        >>> j = Journal(out / ".journal", "sweep", {"model": model_fingerprint(m), "batch": batch_fingerprint(b)})
-        >>> j.get("mb000003") is None or j.get("mb000003")["correct"].shape
+        >>> inputs = {"model": model_fingerprint(model), "batch": batch_fingerprint(batch)}
+        >>> Journal("work", "sweep", inputs).put("mb000000", correct=np.array([True, False]))
+        >>> again = Journal("work", "sweep", inputs)  # a later run: takes what is there
+        >>> again.get("mb000000")["correct"].tolist(), again.get("mb000001"), again.taken
+        ([True, False], None, 1)
     """
 
     def __init__(self, folder: str | Path, kind: str, inputs: dict[str, Any]) -> None:

@@ -29,8 +29,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     without error, removed when it raises.
 
     Example:
-        >>> with atomic_path(tmp / "curve.csv") as p:
-        ...     df.to_csv(p, index=False)  # curve.csv appears only now, whole
+        >>> with atomic_path("table.csv") as p:
+        ...     _ = p.write_text("a,b\\n1,2\\n")  # table.csv appears only now, whole
+        >>> p.name, Path("table.csv").read_text()
+        ('.table.tmp-...csv', 'a,b\\n1,2\\n')
     """
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
@@ -84,8 +86,12 @@ class OutputLock:
             or the lock file cannot be read.
 
     Example:
-        >>> with OutputLock("out/sweep"):
-        ...     ...  # a second `phaseinterp sweep --out out/sweep` is refused meanwhile
+        >>> with OutputLock("out/sweep") as lock:  # a second run on out/sweep is refused meanwhile
+        ...     OutputLock("out/sweep").acquire()
+        Traceback (most recent call last):
+        ValueError: --out 'out/sweep' is in use by another run (pid ...
+        >>> lock.path.exists()  # released
+        False
     """
 
     def __init__(self, folder: str | Path, command: str = "") -> None:
