@@ -190,7 +190,7 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
 
         return Journal(Path(resume) / name, "sweep", {
             "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
-            "settings": {"batch_size": batch_size, "device": model.device.type, **what}})
+            "settings": {"batch_size": batch_size, "device": model.device.type, "logits": model.sweep_info(), **what}})
 
     units = {"layers": sorted({l for l, _, _ in comps}), "branches": sorted({b for _, b, _ in comps})}
     tag = "L" + "-".join(str(l) for l in units["layers"]) + "." + "-".join(units["branches"])

@@ -111,7 +111,8 @@ def _evaluate(model: Model, batch: PhaseBatch, *, batch_size: int, device: torch
     dev = _device(model, device)
     journal = None if resume is None else open_journal(resume, "sweep", {
         "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
-        "settings": {"batch_size": batch_size, "device": dev.type}})
+        "settings": {"batch_size": batch_size, "device": dev.type,
+                     "logits": model.sweep_info() if hasattr(model, "sweep_info") else None}})
     out = []
     sweep = getattr(model, "sweep_logits", None)  # every backend has it
     with eval_mode(getattr(model, "model", model)):  # a backend's module, else the callable
