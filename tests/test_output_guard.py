@@ -195,3 +195,19 @@ def test_gate_cycling_resume_api(tmp_path):
         for r, p in zip(runs, plain):
             assert r.cycled.correct.tobytes() == p.cycled.correct.tobytes()
             assert r.baseline.correct.tobytes() == p.baseline.correct.tobytes() and r.r2 == p.r2  # not nan
+
+
+def test_every_verb_with_out_is_refused_on_a_held_folder(tmp_path, capsys):
+    out = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom phaseinterp.measure.outputs import "
+                               "OutputLock\nOutputLock(sys.argv[1]).acquire()\nprint('held', flush=True)\ntime.sleep(600)",
+                               str(out)], env=env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for verb in [["train", "--preset", "w4s4"], ["theory"], ["reproduce"], ["gates", "w4s4"], ["flip", "w4s4"],
+                     ["knockout", "w4s4"], ["sweep", "w4s4"]]:
+            assert main([*verb, "--out", str(out)]) == 2, verb
+            assert f"is in use by another run (pid {holder.pid} " in capsys.readouterr().err, verb
+    finally:
+        holder.kill()
+        holder.wait()
