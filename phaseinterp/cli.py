@@ -2,8 +2,8 @@
 `register(subparsers)`, which adds its parser and sets `func` (called with the parsed args).
 
 One error boundary for every verb: an error becomes one line, `phaseinterp VERB: error: ...`,
-and exit status 2 (`--debug` shows the traceback instead); the output folder is checked before
-any work starts."""
+and exit status 2 (`--debug` shows the traceback instead); the output folder is checked and
+locked before any work starts (`commands/_guard.py`)."""
 
 from __future__ import annotations
 
@@ -63,8 +63,14 @@ def describe(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        check_out(getattr(args, "out", None))
-        return int(args.func(args) or 0)
+        out = getattr(args, "out", None)
+        check_out(out)
+        if out is None:
+            return int(args.func(args) or 0)
+        from phaseinterp.commands._guard import guarded_out
+
+        with guarded_out(args):  # one run per folder; finished folders kept; the journal of long work
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         raise
     except Exception as err:  # noqa: BLE001  (the boundary: every error becomes one line)

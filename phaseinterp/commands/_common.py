@@ -38,6 +38,19 @@ def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
 
 
+def add_guard_args(p: argparse.ArgumentParser, result: str, resume: bool = False) -> None:
+    """`--overwrite` (and with `resume`, `--resume`) for a verb whose finished folder holds `result`
+    (the guard that reads them: `commands/_guard.py`)."""
+    p.set_defaults(result_file=result, journal_ok=resume)
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace the results of a finished --out folder (one holding {result}); without it such a "
+                        "folder is refused")
+    if resume:
+        p.add_argument("--resume", action="store_true",
+                       help="continue an unfinished run in --out from its journal (OUT/.journal: the units a killed "
+                            "run finished); the result is the uninterrupted run's, bit for bit")
+
+
 def _deprecated_alias(new: str) -> type[argparse.Action]:
     """Action of an old option name kept for scripts: stores into `new`'s dest and warns (FutureWarning:
     shown to command-line users)."""
@@ -157,9 +170,18 @@ def make_task(args: argparse.Namespace, model):
 
 
 def write_json(path: Path, obj: Any) -> Path:
+    from phaseinterp.measure.outputs import write_atomic
     from phaseinterp.measure.provenance import dumps
 
-    path.write_text(dumps(obj))
+    return write_atomic(path, dumps(obj))
+
+
+def write_csv(df, path: Path) -> Path:
+    """`df.to_csv(path, index=False)`, whole or not at all."""
+    from phaseinterp.measure.outputs import atomic_path
+
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
     return path
 
 

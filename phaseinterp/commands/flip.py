@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from phaseinterp.commands._common import add_period_arg
+from phaseinterp.commands._common import add_guard_args, add_period_arg
 
 DESCRIPTION = """Vary a filler of L tokens before a fixed prompt and record each candidate next token's
 probability per L; report whether the preferred candidate follows L mod P. Writes DIR/flip.json and
@@ -38,6 +38,7 @@ def register(subparsers: Any) -> None:
     add_period_arg(p, "P for the period analysis, required (4 for DeepSeek-V4 CSA)")
     p.add_argument("--n-perm", type=int, default=2000)
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_guard_args(p, result="flip.json")
     p.set_defaults(func=run)
 
 
@@ -74,9 +75,9 @@ def flip(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     result = flip(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     args.out.mkdir(parents=True, exist_ok=True)
-    result.save(args.out / "flip.json")
     from phaseinterp.plot import flip_figure, save_html
 
     save_html(flip_figure(result), args.out / "flip.html")
+    result.save(args.out / "flip.json")  # last: the folder is finished once it exists
     print(result.describe())
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
-                                          write_json)
+                                          write_csv, write_json, add_guard_args)
 
 DESCRIPTION = """Gate analysis of a compressed model on record lookup. Writes OUT/gate_stats.{csv,json},
 OUT/gate_profiles.csv, OUT/gate_plane.html, OUT/gate_profiles.html, OUT/cycling.{json,csv,html},
@@ -31,6 +31,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_guard_args(p, result="summary.json", resume=True)
     p.set_defaults(func=run)
 
 
@@ -59,6 +60,12 @@ def dynamics_paths(args: argparse.Namespace) -> list[Path]:
     return sorted(files, key=lambda f: checkpoint_step(f, 10**12))
 
 
+def _journal(args: argparse.Namespace) -> Path | None:
+    """The gate-cycling journal under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
+    folder = getattr(args, "journal", None)
+    return None if folder is None else Path(folder) / "cycling"
+
+
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     from phaseinterp.analysis import gate_dynamics, gate_profiles, gate_statistics
     from phaseinterp.interventions import compressors, gate_attribution, gate_cycling
@@ -85,7 +92,8 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             if modulus % S:
                 continue
             out["cycling"] += gate_cycling(model, batch, args.deltas, layers=layers, n_boot=args.n_boot,
-                                           seed=args.task_seed, progress=not getattr(args, "no_progress", False))
+                                           seed=args.task_seed, progress=not getattr(args, "no_progress", False),
+                                           resume=_journal(args))
     if not args.no_attribution and any(c.kind.learned for _, _, c in compressors(model, args.layers)):
         out["attribution"] = gate_attribution(model, batch, override=args.override, mode=args.mode,
                                               layers=args.layers, max_rows=args.max_rows,
@@ -105,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     label = model_label(args)
     stats, profiles = res["stats"], res["profiles"]
-    stats.to_csv(out / "gate_stats.csv", index=False)
-    profiles.to_csv(out / "gate_profiles.csv", index=False)
+    write_csv(stats, out / "gate_stats.csv")
+    write_csv(profiles, out / "gate_profiles.csv")
     save_html(gate_plane_figure(stats, title=f"{label}: gate concentration"), out / "gate_plane.html")
     save_html(gate_profile_figure(profiles), out / "gate_profiles.html")
     summary: dict[str, Any] = {"source": source(args), "model": model_config(res["model"]), "versions": versions(),
@@ -122,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         cyc = res["cycling"]
         import pandas as pd
 
-        pd.concat([c.to_pandas() for c in cyc]).to_csv(out / "cycling.csv", index=False)
+        write_csv(pd.concat([c.to_pandas() for c in cyc]), out / "cycling.csv")
         write_json(out / "cycling.json", [c.to_dict() for c in cyc])
         save_html(cycling_figure(cyc, title=f"{label}: gate cycling"), out / "cycling.html")
         summary["cycling"] = [c.summary() for c in cyc]
@@ -142,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{ga!r}")
     if "dynamics" in res:
         dyn = res["dynamics"]
-        dyn.to_csv(out / "dynamics.csv", index=False)
+        write_csv(dyn, out / "dynamics.csv")
         save_html(gate_dynamics_figure(dyn, title=f"{label}: gate concentration during training"), out / "dynamics.html")
         summary["dynamics"] = dyn.to_dict(orient="records")
         steps = sorted(int(x) for x in dyn["step"].unique())

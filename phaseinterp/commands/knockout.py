@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
-                                          write_json)
+                                          write_json, add_guard_args)
 from phaseinterp.units import LEVELS
 
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
@@ -48,6 +48,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-rows", type=int, default=2048, help="rows per batched computation (default 2048)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_guard_args(p, result="summary.json", resume=True)
     p.set_defaults(func=run)
 
 
@@ -74,7 +75,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
                         per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
                         n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),
                         change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25),
-                        progress=not getattr(args, "no_progress", False))
+                        progress=not getattr(args, "no_progress", False), resume=_journal(args, "knockout"))
     smap.meta["source"] = source(args)
     out = {"knockout": smap, "model": model, "batch": batch}
     if args.patching:
@@ -82,9 +83,16 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         stats = dict(n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows,
                      progress=not getattr(args, "no_progress", False))
         out["patch_mapping"] = activation_patching(model, mapping_swap(batch, seed=args.task_seed), unit="z",
-                                                   level=level, **stats)
-        out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), unit="z", level=level, **stats)
+                                                   level=level, resume=_journal(args, "patch_mapping"), **stats)
+        out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), unit="z", level=level,
+                                                 resume=_journal(args, "patch_phase"), **stats)
     return out
+
+
+def _journal(args: argparse.Namespace, name: str) -> Path | None:
+    """This map's journal folder under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
+    folder = getattr(args, "journal", None)
+    return None if folder is None else Path(folder) / name
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phaseinterp.commands._common import (add_model_args, add_period_arg, add_task_args, load_model, make_task, model_label,
-                                          source)
+                                          source, write_csv, add_guard_args)
 
 if TYPE_CHECKING:
     from phaseinterp.measure import PhaseCurve
@@ -27,6 +27,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--label", help="curve label (default: checkpoint name or preset)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_guard_args(p, result="curve.json", resume=True)
     p.set_defaults(func=run)
 
 
@@ -40,7 +41,14 @@ def sweep(args: argparse.Namespace) -> PhaseCurve:
     batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
     return phase_sweep(model, batch, batch_size=args.batch_size, period=args.period, device=args.device,
                        progress=not args.no_progress, label=args.label or model_label(args), n_boot=args.n_boot,
-                       n_perm=args.n_perm, seed=args.task_seed, config={"source": source(args)})
+                       n_perm=args.n_perm, seed=args.task_seed, config={"source": source(args)},
+                       resume=_journal(args, "sweep"))
+
+
+def _journal(args: argparse.Namespace, name: str) -> Path | None:
+    """The verb's journal folder under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
+    folder = getattr(args, "journal", None)
+    return None if folder is None else Path(folder) / name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     curve = sweep(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     args.out.mkdir(parents=True, exist_ok=True)
-    curve.to_json(args.out / "curve.json")
-    curve.to_pandas().to_csv(args.out / "curve.csv", index=False)
+    write_csv(curve.to_pandas(), args.out / "curve.csv")
     save_html(phase_figure(curve), args.out / "figure.html")
+    curve.to_json(args.out / "curve.json")  # last: the folder is finished once it exists
     print(repr(curve))
     print(curve.to_pandas().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"wrote {args.out / 'curve.json'}, {args.out / 'curve.csv'}, {args.out / 'figure.html'}")

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from phaseinterp.config import renamed_keyword
 from phaseinterp.flip.filler import FAMILIES, FillerSpec
+from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.measure.provenance import dumps, versions
 
 
@@ -130,8 +131,7 @@ class FlipResult:
         """Write the result (with its summary and provenance) as JSON."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps(self.to_dict()))
-        return path
+        return write_atomic(path, dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | Path) -> FlipResult:

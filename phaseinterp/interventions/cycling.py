@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -161,7 +162,7 @@ def r_squared(actual: Float[np.ndarray, " n"], predicted: Float[np.ndarray, " n"
 def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, *,
                  layers: Sequence[int] | None = None, branches: Sequence[str] | None = None,
                  batch_size: int = 32, n_boot: int = 2000, seed: int = 0, progress: bool = True,
-                 payload: bool = False) -> list[CyclingResult]:
+                 payload: bool = False, resume: str | Path | None = None) -> list[CyclingResult]:
     """Cycle the gates by each delta and compare the phase curve with A_0((r - delta) mod R).
 
     Args:
@@ -174,6 +175,10 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
         progress: one progress bar over the sweeps, the baseline then one per delta (default;
             `phaseinterp.progress`); False: silent.
         payload: roll the payload maps with the gates (`cycled_gates`).
+        resume: a journal folder: the baseline and each delta's sweep record their finished
+            minibatches in a subfolder (`evaluate_correct(resume=)`; the cycled layers, branches,
+            variant and delta are part of each journal's fingerprint), so a killed run continues bit
+            for bit; each result's `meta["resumed"]` = minibatches taken from the journal (baseline, cycled).
 
     Returns:
         One CyclingResult per delta; `r2` excludes the boundary phase S - 1, whose predicted and
@@ -196,15 +201,29 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
         raise ValueError("deltas is empty")
     curve = lambda correct, lab: PhaseCurve.from_correct(correct, batch, period=S, n_boot=n_boot, n_perm=200,  # noqa: E731
                                                          seed=seed, label=lab)
+    def journal(name: str, what: dict):
+        if resume is None:
+            return None
+        from phaseinterp.measure.journal import Journal, batch_fingerprint, model_fingerprint
+
+        return Journal(Path(resume) / name, "sweep", {
+            "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
+            "settings": {"batch_size": batch_size, "device": model.device.type, "logits": model.sweep_info(), **what}})
+
+    units = {"layers": sorted({l for l, _, _ in comps}), "branches": sorted({b for _, b, _ in comps})}
+    tag = "L" + "-".join(str(l) for l in units["layers"]) + "." + "-".join(units["branches"]) + (".payload" if payload else "")
     bar = progress_bar(1 + len(deltas), "gate cycling", progress, unit="sweep")
-    base = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=False), "baseline")
+    base_journal = journal(f"{tag}.baseline", {"cycled": None})
+    base = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=False, resume=base_journal), "baseline")
     bar.update()
     r = np.arange(R)
     boundary = [int(x) for x in r[r % S == S - 1]]
     out = []
     for delta in deltas:
+        cyc_journal = journal(f"{tag}.delta{delta}", {"cycled": {**units, "delta": delta, "payload": bool(payload)}})
         with cycled_gates(model, delta, layers=layers, branches=branches, payload=payload):
-            cyc = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=False), f"delta={delta}")
+            cyc = curve(evaluate_correct(model, batch, batch_size=batch_size, progress=False, resume=cyc_journal),
+                        f"delta={delta}")
         bar.update()
         pred = base.accuracy[(r - delta) % R]
         inner = r % S != S - 1
@@ -212,8 +231,10 @@ def gate_cycling(model, batch: PhaseBatch, deltas: Sequence[int] | None = None, 
             delta=delta, stride=S, baseline=base, cycled=cyc, predicted=pred,
             r2=r_squared(cyc.accuracy[inner], pred[inner]), r2_all=r_squared(cyc.accuracy, pred),
             boundary=boundary, boundary_predicted=pred[~inner].tolist(), boundary_actual=cyc.accuracy[~inner].tolist(),
-            payload=bool(payload), meta={"layers": sorted({l for l, _, _ in comps}), "branches": sorted({b for _, b, _ in comps}),
-                  "model": model_config(model), "task": batch.meta, "seed": seed, "versions": versions()}))
+            payload=bool(payload), meta={"layers": units["layers"], "branches": units["branches"],
+                  "model": model_config(model), "task": batch.meta, "seed": seed, "versions": versions(),
+                  **({} if resume is None else {"resumed": {"baseline": base_journal.taken, "cycled": cyc_journal.taken,
+                                                            "of": -(-len(batch) // batch_size)}})}))
     bar.close()
     return out
 

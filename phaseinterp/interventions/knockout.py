@@ -10,6 +10,7 @@ runs is the backend's method, never a branch here."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -25,7 +26,7 @@ from phaseinterp.interventions.stats import CHANGES, accuracy_change
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
-from phaseinterp.progress import in_chunks
+from phaseinterp.progress import in_chunks, progress_bar
 from phaseinterp.tasks import PhaseBatch
 from phaseinterp.units import Unit, check_level, head_units, level_size
 
@@ -129,6 +130,25 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
         rows each (TransformerLens hooks on our model, nnsight invokes on a backend); "auto"
         picks incremental when it applies. `progress`: a bar over the units (`phaseinterp.progress`).
     """
+    clean, run, method = _knockout_runner(model, batch, units, calibration, replacement=replacement,
+                                          per_residue=per_residue, positions=positions, method=method, seed=seed,
+                                          max_rows=max_rows)
+    every = list(range(len(units)))
+    return clean, in_chunks(lambda s: run(every[s]), len(units), units_per_forward(batch, max_rows), progress=progress,
+                            desc="knockout"), method
+
+
+def units_per_forward(batch: PhaseBatch, max_rows: int) -> int:
+    """Units one forward of a knockout takes (the backends' own chunking): a map run chunk by chunk
+    computes exactly what one call over all units computes."""
+    return max(1, max_rows // max(len(batch), 1))
+
+
+def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibration, *, replacement: str,
+                     per_residue: bool, positions: Positions, method: str, seed: int, max_rows: int
+                     ) -> tuple[Tensor, Callable[[list[int]], Tensor], str]:
+    """(clean logits, run(unit indices) -> their knocked-out logits, method used): the clean run,
+    calibration and replacements once, then the units in any chunks."""
     model = runnable(model)
     if replacement not in REPLACEMENTS:
         raise ValueError(f"replacement={replacement!r} is invalid: allowed one of {list(REPLACEMENTS)}")
@@ -165,16 +185,64 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
     repl = {layer: (zeros() if calib is None else calib.replacement(replacement, layer, batch.residue.to(dev),
                                                                     per_residue=per_residue, seed=seed))
             for layer in sorted({u.layer for u in units})}
-    per, layers = max(1, max_rows // len(batch)), [u.layer for u in units]
     if run is not None:
-        masks = torch.stack([u.mask(cfg, dev) for u in units])
-        values = torch.stack([repl[u.layer][:, 0] for u in units])
-        return run.logits, in_chunks(lambda s: run.run_z(layers[s], masks[s], values[s], max_rows=max_rows),
-                                     len(units), per, progress=progress, desc="knockout"), method
-    clean = model.final_logits(batch.tokens, batch.query_pos)
-    edits = [knockout_edit(u, repl[u.layer], sites, cfg=cfg) for u in units]
-    return clean, in_chunks(lambda s: model.run_units(batch.tokens, batch.query_pos, edits[s], max_rows=max_rows),
-                            len(units), per, progress=progress, desc="knockout"), method
+        def run_incremental(idx: list[int]) -> Tensor:
+            chunk = [units[i] for i in idx]
+            masks = torch.stack([u.mask(cfg, dev) for u in chunk])
+            values = torch.stack([repl[u.layer][:, 0] for u in chunk])
+            return run.run_z([u.layer for u in chunk], masks, values, max_rows=max_rows)
+
+        return run.logits, run_incremental, method
+
+    def run_hooks(idx: list[int]) -> Tensor:
+        edits = [knockout_edit(units[i], repl[units[i].layer], sites, cfg=cfg) for i in idx]
+        return model.run_units(batch.tokens, batch.query_pos, edits, max_rows=max_rows)
+
+    return model.final_logits(batch.tokens, batch.query_pos), run_hooks, method
+
+
+def _knockout_journal(resume, model, batch: PhaseBatch, calibration, units: Sequence[Unit], settings: dict):
+    if resume is None:
+        return None
+    from phaseinterp.measure.journal import batch_fingerprint, model_fingerprint, open_journal
+
+    calib = (batch_fingerprint(calibration) if isinstance(calibration, PhaseBatch) else
+             {"z": calibration.z, "residue": calibration.residue} if isinstance(calibration, Calibration) else
+             str(calibration))
+    return open_journal(resume, "knockout", {"model": model_fingerprint(model), "batch": batch_fingerprint(batch),
+                                             "calibration": calib,
+                                             "settings": {**settings, "units": [u.name for u in units],
+                                                          "device": model.device.type}})
+
+
+def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibration, journal, *, replacement: str,
+                         progress: bool = True, **kw) -> tuple[np.ndarray, np.ndarray, list[int], str]:
+    """(clean correct [batch], knocked-out correct [unit, batch], unchanged unit indices, method):
+    the units run in chunks of `units_per_forward`, each chunk recorded in `journal` when given and
+    taken from it when already there."""
+    clean_logits, run, used = _knockout_runner(model, batch, units, calibration, replacement=replacement, **kw)
+    answers = batch.answers
+    per = units_per_forward(batch, kw["max_rows"])
+    ko, unchanged = [], []
+    bar = progress_bar(len(units), "knockout", progress)
+    for c, start in enumerate(range(0, len(units), per)):
+        idx = list(range(start, min(start + per, len(units))))
+        done = None if journal is None else journal.get(f"chunk{c:05d}")
+        if done is not None:
+            if done["correct"].shape != (len(idx), len(batch)):
+                raise ValueError(f"journal {str(journal.folder)!r}: chunk {c} holds {done['correct'].shape}, allowed "
+                                 f"{(len(idx), len(batch))}; remove the journal to start over")
+        else:
+            logits = run(idx)
+            done = {"correct": is_correct(logits, answers).cpu().numpy(),
+                    "unchanged": np.isin(np.arange(len(idx)), unchanged_units(logits, clean_logits))}
+            if journal is not None:
+                journal.put(f"chunk{c:05d}", **done)
+        ko.append(done["correct"])
+        unchanged += [i for i, flag in zip(idx, done["unchanged"]) if flag]
+        bar.update(len(idx))
+    bar.close()
+    return is_correct(clean_logits, answers).cpu().numpy(), np.concatenate(ko), unchanged, used
 
 
 def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]
@@ -188,7 +256,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
                  positions: Positions = "final", layers: Sequence[int] | None = None, method: str = "auto",
                  n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, max_rows: int = 2048,
                  label: str = "", change: str = "absolute", floor: float = RELIABLE_FLOOR,
-                 progress: bool = True) -> SpecializationMap:
+                 progress: bool = True, resume: str | Path | None = None) -> SpecializationMap:
     """Accuracy change per (layer, unit, residue) when a unit is knocked out: absolute,
     `100 * (acc_ko - acc_clean)` in percentage points (default; defined at every residue, the weak
     phases included), or the paper's relative change `100 * (acc_ko - acc_clean) / acc_clean`
@@ -231,6 +299,11 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
             (a fraction) at which a residue's relative change is reported (default 0.25, above the
             record-lookup task's chance of 0.1-0.25).
         progress: a progress bar over the units (default; `phaseinterp.progress`); False: silent.
+        resume: a journal folder (`measure.journal`): each finished chunk of units (as many as one
+            forward takes, `units_per_forward`) records its per-row correctness there, and chunks
+            already recorded by a killed run are taken from it; the map is the same bit for bit.
+            A journal of another model, batch, calibration or settings is refused. The map's
+            `meta["resumed"]` = {"chunks": taken from the journal, "of": all}.
 
     Returns:
         SpecializationMap with dims (layer, level, residue) (level "layer": axis "heads" =
@@ -256,14 +329,11 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 1:
         raise ValueError(f"floor={floor!r} out of range [0, 1]: the clean accuracy's interval lower bound, a fraction")
     _warn_overlap(batch, calibration)
-    clean_logits, ko_logits, used = knockout_logits(
-        model, batch, units, calibration, replacement=replacement, per_residue=per_residue, positions=positions,
-        method=method, seed=seed, max_rows=max_rows, progress=progress)
-    warn_unchanged([u.name for u in (units[i] for i in unchanged_units(ko_logits, clean_logits))],
-                   f"knockout ({replacement})")
-    answers = batch.answers
-    clean = is_correct(clean_logits, answers).cpu().numpy()
-    ko = is_correct(ko_logits, answers).cpu().numpy()
+    settings = dict(replacement=replacement, per_residue=per_residue, positions=positions, method=method, seed=seed,
+                    max_rows=max_rows)
+    journal = _knockout_journal(resume, model, batch, calibration, units, settings)
+    clean, ko, unchanged, used = _knocked_out_correct(model, batch, units, calibration, journal, progress=progress, **settings)
+    warn_unchanged([units[i].name for i in unchanged], f"knockout ({replacement})")
     res, R = batch.residue.cpu().numpy(), batch.modulus
     rel, lo, hi, _, acc_ko = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R, change=change,
                                              n_boot=n_boot, confidence=confidence, seed=seed)
@@ -298,7 +368,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
               "model": model_config(model), "task": batch.meta,
               "calibration": ({"kind": SELF, "rule": "leave-one-example-out mean of the evaluated batch"}
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),
-              "seed": seed, "n_boot": n_boot, "confidence": confidence, "versions": versions()})
+              "seed": seed, "n_boot": n_boot, "confidence": confidence, "versions": versions(),
+              **({} if journal is None else
+                 {"resumed": {"chunks": journal.taken, "of": -(-len(units) // units_per_forward(batch, max_rows))}})})
 
 
 def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None, *, layer: int,

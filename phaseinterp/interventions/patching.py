@@ -20,6 +20,7 @@ the other units run everywhere the sites exist (entries and gates: models with c
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,7 +37,7 @@ from phaseinterp.interventions.stats import accuracy_change, by_residue
 from phaseinterp.units import check_layers, check_level, head_units
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
-from phaseinterp.progress import in_chunks
+from phaseinterp.progress import progress_bar
 
 UNITS = ("z", "resid", "entries", "gates")
 PATCH_CHANGES = ("absolute", "normalized")
@@ -91,8 +92,8 @@ def _row_sites(pair: Pairing, site: Any, T: int) -> tuple[Tensor, Tensor]:
 def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "head",
                         positions: Any = "final", layers: Sequence[int] | None = None, method: str = "auto",
                         rel_min: float | int = 0.1, max_rows: int = 2048, change: str = "absolute",
-                        n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, progress: bool = True
-                        ) -> SpecializationMap:
+                        n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, progress: bool = True,
+                        resume: str | Path | None = None) -> SpecializationMap:
     """Denoising activation patching map per residue of the clean rows: the accuracy each unit's
     patch restores in percentage points with its interval (default), or the normalized logit
     difference restored.
@@ -123,6 +124,10 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
             change (the knockout maps' `paired_cluster_bootstrap`: the same resampled examples
             for the corrupt and the patched accuracy).
         progress: a progress bar over the patched units (default; `phaseinterp.progress`); False: silent.
+        resume: a journal folder (`measure.journal`): each finished chunk of units (as many as one
+            forward takes) records its per-row logit difference and correctness there, and chunks
+            recorded by a killed run are taken from it; the map is the same bit for bit. A journal
+            of another model, pairing or settings is refused; `meta["resumed"]` says what was taken.
 
     Returns:
         SpecializationMap (direction +1): values in pp with `lo`/`hi` (`significant`: the
@@ -152,15 +157,65 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
     check_at_least_one("n_boot", n_boot)
     layer_ids, positions, fast = _check_patching(model, pair, unit, level, positions, layers, method, rel_min, max_rows)
     clean_logits = model.final_logits(pair.clean.tokens, pair.clean.query_pos)
-    layout, labels, present, patched, corrupt_logits = _patched_logits(model, pair, unit, level, positions, layer_ids,
-                                                                       fast, max_rows, progress)
-    warn_unchanged([labels[i] for i in unchanged_units(patched, corrupt_logits)], f"patching {unit}")
-    return _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
+    layout, labels, present, run, corrupt_logits = _patching_runner(model, pair, unit, level, positions, layer_ids,
+                                                                    fast, max_rows)
+    journal = None
+    if resume is not None:
+        from phaseinterp.measure.journal import batch_fingerprint, model_fingerprint, open_journal
+
+        journal = open_journal(resume, "patching", {
+            "model": model_fingerprint(model), "clean": batch_fingerprint(pair.clean),
+            "corrupt": batch_fingerprint(pair.corrupt), "foil": "none" if pair.foil is None else pair.foil,
+            "settings": {"unit": unit, "level": level, "positions": positions, "layers": layer_ids, "fast": fast,
+                         "max_rows": max_rows, "units": labels, "device": model.device.type}})
+    patched, unchanged = _patched_outcomes(pair, run, len(labels), corrupt_logits, max_rows, journal,
+                                           progress=progress, desc=f"patching {unit}")
+    warn_unchanged([labels[i] for i in unchanged], f"patching {unit}")
+    out = _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
                          {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
                           "positions": positions, "method": "incremental" if fast else "hooks",
                           "engine": model.engine,
                           "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min, "change": change},
                          {"change": change, "n_boot": n_boot, "confidence": confidence, "seed": seed})
+    if journal is not None:
+        out.meta["resumed"] = {"chunks": journal.taken, "of": -(-len(labels) // max(1, max_rows // len(pair.corrupt)))}
+    return out
+
+
+def _foil(pair: Pairing, corrupt_logits: Tensor) -> Tensor:
+    return pair.foil if pair.foil is not None else top_other(corrupt_logits, pair.clean.answers)
+
+
+def _patched_outcomes(pair: Pairing, run, n_units: int, corrupt_logits: Tensor, max_rows: int, journal, *,
+                      progress: bool = True, desc: str = "patching") -> tuple[dict[str, np.ndarray], list[int]]:
+    """({"ld": patched logit difference [unit, row], "ok": patched correct [unit, row]}, unchanged
+    units): the units in chunks of one forward each (`max_rows` rows), each chunk recorded in
+    `journal` when given and taken from it when already there."""
+    clean = pair.clean
+    answer, foil = clean.answer, _foil(pair, corrupt_logits)
+    per = max(1, max_rows // max(len(pair.corrupt), 1))
+    lds, oks, unchanged = [], [], []
+    bar = progress_bar(n_units, desc, progress)
+    for c, start in enumerate(range(0, n_units, per)):
+        idx = list(range(start, min(start + per, n_units)))
+        done = None if journal is None else journal.get(f"chunk{c:05d}")
+        if done is not None:
+            if done["ok"].shape != (len(idx), len(clean)):
+                raise ValueError(f"journal {str(journal.folder)!r}: chunk {c} holds {done['ok'].shape}, allowed "
+                                 f"{(len(idx), len(clean))}; remove the journal to start over")
+        else:
+            patched = run(idx)
+            done = {"ld": logit_diff(patched, answer, foil).detach().cpu().numpy(),
+                    "ok": is_correct(patched, clean.answers).cpu().numpy(),
+                    "unchanged": np.isin(np.arange(len(idx)), unchanged_units(patched, corrupt_logits))}
+            if journal is not None:
+                journal.put(f"chunk{c:05d}", **done)
+        lds.append(done["ld"])
+        oks.append(done["ok"])
+        unchanged += [i for i, flag in zip(idx, done["unchanged"]) if flag]
+        bar.update(len(idx))
+    bar.close()
+    return {"ld": np.concatenate(lds), "ok": np.concatenate(oks)}, unchanged
 
 
 def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any, layers: Sequence[int] | None,
@@ -196,10 +251,11 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
     return layer_ids, positions, fast_ok and method != "hooks"
 
 
-def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any, layer_ids: list[int], fast: bool,
-                    max_rows: int, progress: bool = True) -> tuple:
-    """(layout, unit labels, present cells or None, patched final logits [unit, batch, vocab],
-    corrupt final logits): one patched run per unit, incremental at the final position when `fast`."""
+def _patching_runner(model, pair: Pairing, unit: str, level: str, positions: Any, layer_ids: list[int], fast: bool,
+                     max_rows: int) -> tuple:
+    """(layout, unit labels, present cells or None, run(unit indices) -> their patched final logits
+    [unit, batch, vocab], corrupt final logits): one patched run per unit, incremental at the final
+    position when `fast`."""
     cfg, corrupt, clean = model.cfg, pair.corrupt, pair.clean
     present = None
     if unit == "z":
@@ -209,46 +265,49 @@ def _patched_logits(model, pair: Pairing, unit: str, level: str, positions: Any,
     elif unit == "resid":
         labels = [f"{l}.{s}" for l in layer_ids for s in positions]
         layout = (("layer", "position"), {"layer": layer_ids, "position": list(positions)})
-    per = max(1, max_rows // len(corrupt))
-    chunked = lambda run, n: in_chunks(run, n, per, progress=progress, desc=f"patching {unit}")  # noqa: E731
     if fast:  # z or resid at the final position: recompute only that position of the corrupt run
         run = model.final_position_run(corrupt.tokens, corrupt.query_pos)
         src = capture_final(model, clean, unit, layer_ids)
-        if unit == "z":
-            masks = torch.stack([u.mask(cfg, model.device) for u in units])
-            values, layers = torch.stack([src[u.layer] for u in units]), [u.layer for u in units]
-            patched = chunked(lambda s: run.run_z(layers[s], masks[s], values[s], max_rows=max_rows), len(units))
-        else:
-            values = torch.stack([src[l] for l in layer_ids])
-            patched = chunked(lambda s: run.run_resid(layer_ids[s], values[s], max_rows=max_rows), len(layer_ids))
-        return layout, labels, present, patched, run.logits
+
+        def run_fast(idx: list[int]) -> Tensor:
+            if unit == "z":
+                chunk = [units[i] for i in idx]
+                masks = torch.stack([u.mask(cfg, model.device) for u in chunk])
+                return run.run_z([u.layer for u in chunk], masks, torch.stack([src[u.layer] for u in chunk]),
+                                 max_rows=max_rows)
+            chunk = [layer_ids[i] for i in idx]
+            return run.run_resid(chunk, torch.stack([src[l] for l in chunk]), max_rows=max_rows)
+
+        return layout, labels, present, run_fast, run.logits
     if unit == "z":
         edits = _z_edits(model, pair, units, positions, layer_ids)
     elif unit == "resid":
         edits = _resid_edits(model, pair, positions, layer_ids)
     else:
         layout, labels, present, edits = _branch_edits(model, clean, unit, layer_ids)
-    patched = chunked(lambda s: model.run_units(corrupt.tokens, corrupt.query_pos, edits[s], max_rows=max_rows),
-                      len(edits))
-    return layout, labels, present, patched, model.final_logits(corrupt.tokens, corrupt.query_pos)
+
+    def run_hooks(idx: list[int]) -> Tensor:
+        return model.run_units(corrupt.tokens, corrupt.query_pos, [edits[i] for i in idx], max_rows=max_rows)
+
+    return layout, labels, present, run_hooks, model.final_logits(corrupt.tokens, corrupt.query_pos)
 
 
-def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Tensor, patched: Tensor, layout: tuple,
+def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Tensor, patched: dict, layout: tuple,
                   present: list | None, rel_min: float | int, intervention: dict, stats: dict) -> SpecializationMap:
     """The accuracy restored (pp, with its interval) or the normalized logit difference restored,
     per unit and residue, with the other metric in the extras and the provenance."""
     clean, corrupt = pair.clean, pair.corrupt
     answer = clean.answer
-    foil = pair.foil if pair.foil is not None else top_other(corrupt_logits, clean.answers)
+    foil = _foil(pair, corrupt_logits)
     ld_clean = logit_diff(clean_logits, answer, foil).cpu().numpy()
     ld_corrupt = logit_diff(corrupt_logits, answer, foil).cpu().numpy()
-    ld_patched = logit_diff(patched, answer, foil).detach().cpu().numpy()
+    ld_patched = patched["ld"]  # per unit and row (`_patched_outcomes`)
     res, R = clean.residue.cpu().numpy(), clean.modulus
     norm, gap = normalized_by_residue(ld_patched, ld_clean, ld_corrupt, res, R, rel_min)
     # the accuracy the patch restores: both runs scored against the clean answer, clusters = the
     # clean rows' logical examples (a pairing keeps one corrupt row per clean row)
     base_ok = is_correct(corrupt_logits, clean.answers).cpu().numpy()
-    patched_ok = is_correct(patched, clean.answers).cpu().numpy()
+    patched_ok = patched["ok"]
     pp, lo, hi, acc_corrupt, acc_patched = accuracy_change(base_ok, patched_ok, res, clean.example_id.cpu().numpy(), R,
                                                  change="absolute", n_boot=stats["n_boot"],
                                                  confidence=stats["confidence"], seed=stats["seed"])

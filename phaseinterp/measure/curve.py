@@ -20,6 +20,7 @@ from phaseinterp.measure.gap import heldout_gap
 from phaseinterp.measure.intervals import cluster_bootstrap, percentile_interval, wilson_interval
 from phaseinterp.measure.periodicity import period_baseline, period_share, periodicity_gap, power_spectrum
 from phaseinterp.measure.permutation import permutation_test
+from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.measure.provenance import dumps, jsonable, versions
 
 if TYPE_CHECKING:
@@ -274,9 +275,7 @@ class PhaseCurve:
 
     def to_json(self, path: str | Path) -> Path:
         """Write `to_dict()` as JSON; return the path."""
-        path = Path(path)
-        path.write_text(dumps(self.to_dict()))
-        return path
+        return write_atomic(path, dumps(self.to_dict()))
 
     @classmethod
     def from_json(cls, path: str | Path) -> PhaseCurve:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from jaxtyping import Bool, Float, Shaped
 
+from phaseinterp.measure.outputs import atomic_path, write_atomic
 from phaseinterp.measure.provenance import dumps, jsonable, versions
 from phaseinterp.units import PREFIX, Unit
 
@@ -253,9 +254,10 @@ class SpecializationMap:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".csv":
-            self.to_pandas().to_csv(path, index=False)
+            with atomic_path(path) as tmp:
+                self.to_pandas().to_csv(tmp, index=False)
         elif path.suffix == ".json":
-            path.write_text(dumps(self.to_dict()))
+            write_atomic(path, dumps(self.to_dict()))
         else:
             raise ValueError(f"path suffix {path.suffix!r} is invalid: allowed '.json' or '.csv'")
         return path

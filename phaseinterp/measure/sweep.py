@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
@@ -18,6 +19,7 @@ from tqdm.auto import tqdm
 
 from phaseinterp.config import period_of, renamed_keyword
 from phaseinterp.measure.curve import PhaseCurve
+from phaseinterp.measure.journal import Journal, batch_fingerprint, model_fingerprint, open_journal
 from phaseinterp.measure.provenance import model_config
 from phaseinterp.progress import check_progress
 from phaseinterp.tasks import PhaseBatch
@@ -71,9 +73,9 @@ def forward_logits(model: Model, tokens: Int[Tensor, "batch pos"]) -> Float[Tens
     return logits
 
 
-@torch.no_grad()
 def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
-                     device: torch.device | str | None = None, progress: bool = True) -> Bool[Tensor, " batch"]:
+                     device: torch.device | str | None = None, progress: bool = True,
+                     resume: str | Path | Journal | None = None) -> Bool[Tensor, " batch"]:
     """Top-1 correctness per row: the argmax over the full vocabulary of the next-token logits
     at `query_pos` is one of `answers`. A backend computes those logits (`Backend.sweep_logits`:
     our model and NSA one full forward per distinct prompt, HF backends the query positions
@@ -87,10 +89,20 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
         batch_size: rows per forward pass, >= 1.
         device: where to run (default: the device of the model's parameters, else CPU).
         progress: show a progress bar.
+        resume: a journal folder (`measure.journal`): each finished minibatch's correctness is
+            recorded there, and minibatches already recorded (by a run that was killed) are taken
+            from it instead of run again; the result is the same bit for bit. A journal of another
+            model, batch or batch size is refused. Needs a model with weights (not a plain callable).
 
     Returns:
         Boolean tensor on CPU, one entry per row of `batch`.
     """
+    return _evaluate(model, batch, batch_size=batch_size, device=device, progress=progress, resume=resume)[0]
+
+
+@torch.no_grad()
+def _evaluate(model: Model, batch: PhaseBatch, *, batch_size: int, device: torch.device | str | None,
+              progress: bool, resume: str | Path | Journal | None) -> tuple[Bool[Tensor, " batch"], Journal | None]:
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} out of range [1, inf)")
     if len(batch) == 0:
@@ -98,29 +110,42 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
                          "modulus)); a filter may have removed every row")
     model = _resolve(model)
     dev = _device(model, device)
+    journal = None if resume is None else open_journal(resume, "sweep", {
+        "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
+        "settings": {"batch_size": batch_size, "device": dev.type,
+                     "logits": model.sweep_info() if hasattr(model, "sweep_info") else None}})
     out = []
     sweep = getattr(model, "sweep_logits", None)  # every backend has it
     with eval_mode(getattr(model, "model", model)):  # a backend's module, else the callable
         bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
                    disable=not check_progress(progress), desc="phase sweep", unit="batch")
-        for mb in bar:
+        for i, mb in enumerate(bar):
+            done = None if journal is None else journal.get(f"mb{i:06d}")
+            if done is not None:
+                if done["correct"].shape != (len(mb),):
+                    raise ValueError(f"journal {str(journal.folder)!r}: minibatch {i} holds {done['correct'].shape} "
+                                     f"rows, allowed ({len(mb)},); remove the journal to start over")
+                out.append(torch.from_numpy(done["correct"]))
+                continue
             if sweep is not None:
                 pred = sweep(mb.tokens, mb.query_pos, mb.prompt_id).argmax(-1).cpu()
-                out.append((pred[:, None] == mb.answers).any(1))
-                continue
-            uniq, inverse = torch.unique(mb.prompt_id, return_inverse=True)
-            first = torch.full((len(uniq),), len(mb), dtype=torch.long).scatter_reduce(
-                0, inverse, torch.arange(len(mb)), reduce="amin")
-            logits = forward_logits(model, mb.tokens[first].to(dev))
-            pred = logits[inverse.to(dev), mb.query_pos.to(dev)].argmax(-1).cpu()
+            else:
+                uniq, inverse = torch.unique(mb.prompt_id, return_inverse=True)
+                first = torch.full((len(uniq),), len(mb), dtype=torch.long).scatter_reduce(
+                    0, inverse, torch.arange(len(mb)), reduce="amin")
+                logits = forward_logits(model, mb.tokens[first].to(dev))
+                pred = logits[inverse.to(dev), mb.query_pos.to(dev)].argmax(-1).cpu()
             out.append((pred[:, None] == mb.answers).any(1))
-    return torch.cat(out)
+            if journal is not None:
+                journal.put(f"mb{i:06d}", correct=out[-1].numpy())
+    return torch.cat(out), journal
 
 
 def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, batch_size: int = 32,
                 period: int | None = None, device: torch.device | str | None = None, progress: bool = True,
                 label: str = "", n_boot: int = 2000, n_perm: int = 2000, confidence: float = 0.95,
-                seed: int = 0, config: dict[str, Any] | None = None, **deprecated: Any) -> PhaseCurve:
+                seed: int = 0, config: dict[str, Any] | None = None, resume: str | Path | Journal | None = None,
+                **deprecated: Any) -> PhaseCurve:
     """Accuracy by residue of a model on a PhaseBatch, with intervals and periodicity tests.
 
     Args:
@@ -134,6 +159,8 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
             works, with a DeprecationWarning.
         device, progress: see `evaluate_correct`.
         label, n_boot, n_perm, confidence, seed, config: see `PhaseCurve.from_correct`.
+        resume: a journal folder (see `evaluate_correct`); the curve's config records
+            `resumed` = {"minibatches": taken from the journal, "of": all}.
 
     Returns:
         PhaseCurve recording the task and model configuration, the seed and library versions.
@@ -154,7 +181,8 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
         correct, info = model, {"model": "precomputed correct"}
     else:
         model = _resolve(model)
-        correct = evaluate_correct(model, batch, batch_size=batch_size, device=device, progress=progress)
+        correct, journal = _evaluate(model, batch, batch_size=batch_size, device=device, progress=progress,
+                                     resume=resume)
         s = model_period(model)
         if period is None and s is not None and batch.modulus % s == 0:
             period = s
@@ -162,6 +190,8 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
         how = model.sweep_info() if hasattr(model, "sweep_info") else None
         if how is not None:  # logits at the query positions only (None: full forwards)
             info["logits"] = how
+        if journal is not None:
+            info["resumed"] = {"minibatches": journal.taken, "of": math.ceil(len(batch) / batch_size)}
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
     return PhaseCurve.from_correct(correct, batch, period=period, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})

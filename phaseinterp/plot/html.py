@@ -7,6 +7,8 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from phaseinterp.measure.outputs import atomic_path
+
 PLOTLY_JS = "plotly.min.js"
 
 
@@ -34,5 +36,6 @@ def save_html(fig: go.Figure, path: str | Path, *, include_plotlyjs: bool | str 
         include_plotlyjs = os.path.relpath(bundle, path.parent).replace(os.sep, "/")
     elif include_plotlyjs not in (True, False, "cdn"):
         raise ValueError(f"include_plotlyjs={include_plotlyjs!r}: allowed 'shared', True, False or 'cdn'")
-    fig.write_html(path, include_plotlyjs=include_plotlyjs)
+    with atomic_path(path) as tmp:  # a page appears whole or not at all
+        fig.write_html(tmp, include_plotlyjs=include_plotlyjs)
     return path

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from phaseinterp.measure.outputs import atomic_path, write_atomic
 from phaseinterp.measure.provenance import versions
 from phaseinterp.theory import figures
 from phaseinterp.theory.config import FlowConfig, TheoryConfig
@@ -61,10 +62,12 @@ class Experiment:
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for key, df in self.tables.items():
-            df.to_csv(out / f"{key}.csv", index=False)
-            df.to_json(out / f"{key}.json", orient="records", indent=1)
+            with atomic_path(out / f"{key}.csv") as tmp:
+                df.to_csv(tmp, index=False)
+            with atomic_path(out / f"{key}.json") as tmp:
+                df.to_json(tmp, orient="records", indent=1)
             paths += [out / f"{key}.csv", out / f"{key}.json"]
-        (out / "meta.json").write_text(json.dumps(self.meta, indent=2, default=str))
+        write_atomic(out / "meta.json", json.dumps(self.meta, indent=2, default=str))
         paths.append(out / "meta.json")
         for key, fig in self.figures.items():
             paths.append(save_html(fig, out / f"{key}.html"))

@@ -1,0 +1,152 @@
+"""The journal of long work: finished units (minibatches of a sweep, chunks of a knockout map) kept
+in a folder as they finish, so that a killed run continues where it stopped (`resume=`).
+
+One small `.npz` file per finished unit, written atomically (temporary name, rename): a run
+killed at any point leaves whole unit files and at most a dot-named temporary one, which the next
+run removes. `journal.json` holds a fingerprint of the inputs (model weights, the batch, the
+settings, each as a SHA-256); a journal made from other inputs is refused with an error naming
+what differs, so a resumed result is always the uninterrupted run's result, bit for bit: each unit
+is computed exactly as the uninterrupted run computes it (same rows, same chunking)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from phaseinterp.measure.outputs import write_atomic
+
+FORMAT = 1
+
+
+def _digest(*parts: Any) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, torch.Tensor):
+            t = p.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(p, np.ndarray):
+            h.update(f"{p.dtype}{p.shape}".encode())
+            h.update(np.ascontiguousarray(p).tobytes())
+        elif isinstance(p, dict):  # tensors inside are hashed whole (str() of a tensor elides values)
+            h.update(b"{")
+            for k in sorted(p, key=str):
+                h.update(_digest(str(k), p[k]).encode())
+            h.update(b"}")
+        elif isinstance(p, (list, tuple)):
+            h.update(b"[")
+            for v in p:
+                h.update(_digest(v).encode())
+            h.update(b"]")
+        else:
+            h.update(json.dumps(p, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def model_fingerprint(model: Any) -> str:
+    """SHA-256 of a model's class and every tensor of its state (weights and buffers), in name order.
+
+    Raises:
+        ValueError: the model has no torch module to read weights from (a plain callable).
+    """
+    module = model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)
+    if not isinstance(module, torch.nn.Module):
+        raise ValueError(f"resume= needs a model with weights to fingerprint (a torch module or a backend); got "
+                         f"{type(model).__name__}: allowed resume=None for a plain callable")
+    state = module.state_dict()
+    return _digest(type(module).__name__, *[x for k in sorted(state) for x in (k, state[k])])
+
+
+def batch_fingerprint(batch: Any) -> str:
+    """SHA-256 of a PhaseBatch's rows (tokens, query positions, answers, residues, example ids, modulus)."""
+    return _digest(batch.tokens, batch.query_pos, batch.answers, batch.residue, batch.example_id, int(batch.modulus))
+
+
+class Journal:
+    """Finished units of one computation, kept in `folder`.
+
+    Args:
+        folder: where the unit files live (created).
+        kind: what computes the units ("sweep", "knockout"); a journal of another kind is refused.
+        inputs: {name: fingerprint} of everything the units depend on (see `model_fingerprint`,
+            `batch_fingerprint`; settings as any JSON value).
+
+    Raises:
+        ValueError: the folder holds a journal of another kind or of other inputs (naming them).
+
+    Example:
+        >>> inputs = {"model": model_fingerprint(model), "batch": batch_fingerprint(batch)}
+        >>> Journal("work", "sweep", inputs).put("mb000000", correct=np.array([True, False]))
+        >>> again = Journal("work", "sweep", inputs)  # a later run: takes what is there
+        >>> again.get("mb000000")["correct"].tolist(), again.get("mb000001"), again.taken
+        ([True, False], None, 1)
+    """
+
+    def __init__(self, folder: str | Path, kind: str, inputs: dict[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.kind = kind
+        self.inputs = {k: v if isinstance(v, str) else _digest(v) for k, v in inputs.items()}
+        self.taken = 0  # units read back from the journal by this run
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for tmp in self.folder.glob(".*.tmp-*"):  # a write a killed run did not finish
+            tmp.unlink(missing_ok=True)
+        manifest = self.folder / "journal.json"
+        if manifest.exists():
+            try:
+                held = json.loads(manifest.read_text())
+            except ValueError as err:
+                raise ValueError(f"journal {str(manifest)!r} cannot be read ({err}): allowed a journal this library "
+                                 "wrote; remove the folder to start over") from None
+            if held.get("kind") != kind or held.get("format") != FORMAT:
+                raise ValueError(f"journal {str(self.folder)!r} belongs to a {held.get('kind')!r} run (format "
+                                 f"{held.get('format')}): allowed a {kind!r} journal of format {FORMAT}; give another "
+                                 "folder or remove it")
+            differ = sorted(k for k in {*held.get("inputs", {}), *self.inputs}
+                            if held.get("inputs", {}).get(k) != self.inputs.get(k))
+            if differ:
+                raise ValueError(f"journal {str(self.folder)!r} was made from other inputs (different: "
+                                 f"{', '.join(differ)}): allowed resuming with the same model, batch and settings; "
+                                 "give another folder, or start over (--overwrite)")
+        else:
+            write_atomic(manifest, json.dumps({"kind": kind, "format": FORMAT, "inputs": self.inputs}, indent=1))
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.npz"
+
+    def keys(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.npz") if not p.name.startswith("."))
+
+    def get(self, key: str) -> dict[str, np.ndarray] | None:
+        """The arrays of finished unit `key`, or None when it is not in the journal (counted in `taken`)."""
+        path = self._path(key)
+        if not path.exists():
+            return None
+        try:
+            with np.load(path) as z:
+                out = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as err:
+            raise ValueError(f"journal file {str(path)!r} cannot be read ({err}): allowed files this library wrote; "
+                             "remove it and resume (that unit is computed again)") from None
+        self.taken += 1
+        return out
+
+    def put(self, key: str, **arrays: np.ndarray) -> None:
+        """Record finished unit `key` (whole or not at all)."""
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        write_atomic(self._path(key), buf.getvalue())
+
+
+def open_journal(resume: str | Path | Journal | None, kind: str, inputs: dict[str, Any]) -> Journal | None:
+    """`resume=` of the long computations: None (no journal), a folder, or a `Journal`."""
+    if resume is None or isinstance(resume, Journal):
+        return resume
+    if not isinstance(resume, (str, Path)):
+        raise ValueError(f"resume={resume!r} is invalid: allowed None or a journal folder (str or Path)")
+    return Journal(resume, kind, inputs)
