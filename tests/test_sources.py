@@ -64,7 +64,7 @@ def test_without_the_card_the_default_task_does_not_fit_the_model(run, tmp_path,
     shutil.copy(run / "checkpoints" / "step_000004.safetensors", lone)
     assert resolve_source(lone).card is None
     assert main(["sweep", str(lone), *SWEEP, "--out", str(tmp_path / "x")]) == 2
-    assert "64 distinct keys need at least 64" in capsys.readouterr().err  # the 64-record default task
+    assert "n_records=64 is too many: 64 distinct keys need a key pool of at least 64" in capsys.readouterr().err  # the default task
 
 
 def test_bad_sources_name_what_is_allowed(tmp_path):

@@ -133,7 +133,8 @@ class RecordLookup:
             raise ValueError(f"n_queries={q} cannot be used with a template footer (tail tokens)")
         n_ident = n - q * (self.n_values - 1)
         if len(self.pools.keys) < n_ident:
-            raise ValueError(f"key pool has {len(self.pools.keys)} tokens; {n_ident} distinct keys need at least {n_ident}")
+            raise ValueError(f"n_records={n} is too many: {n_ident} distinct keys need a key pool of at least {n_ident} "
+                             f"tokens, this one has {len(self.pools.keys)}" + (f" (vocab_size={self.vocab_size})" if self.vocab_size else ""))
         if len(self.pools.values) // 2 < n:
             raise ValueError(f"value pool has {len(self.pools.values)} tokens; n_records={n} needs at least "
                              f"{2 * n} (each split uses values of one parity per key)")
