@@ -24,9 +24,10 @@ from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.runner import UnitEdit, runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import CHANGES, accuracy_change
 from phaseinterp.measure import PhaseCurve, model_period
+from phaseinterp.measure.journal import journaled_chunks
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
-from phaseinterp.progress import in_chunks, progress_bar
+from phaseinterp.progress import in_chunks
 from phaseinterp.tasks import PhaseBatch
 from phaseinterp.units import Unit, check_level, head_units, level_size
 
@@ -222,26 +223,17 @@ def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibr
     taken from it when already there."""
     clean_logits, run, used = _knockout_runner(model, batch, units, calibration, replacement=replacement, **kw)
     answers = batch.answers
-    per = units_per_forward(batch, kw["max_rows"])
+
+    def compute(idx: list[int]) -> dict[str, np.ndarray]:
+        logits = run(idx)
+        return {"correct": is_correct(logits, answers).cpu().numpy(),
+                "unchanged": np.isin(np.arange(len(idx)), unchanged_units(logits, clean_logits))}
+
     ko, unchanged = [], []
-    bar = progress_bar(len(units), "knockout", progress)
-    for c, start in enumerate(range(0, len(units), per)):
-        idx = list(range(start, min(start + per, len(units))))
-        done = None if journal is None else journal.get(f"chunk{c:05d}")
-        if done is not None:
-            if done["correct"].shape != (len(idx), len(batch)):
-                raise ValueError(f"journal {str(journal.folder)!r}: chunk {c} holds {done['correct'].shape}, allowed "
-                                 f"{(len(idx), len(batch))}; remove the journal to start over")
-        else:
-            logits = run(idx)
-            done = {"correct": is_correct(logits, answers).cpu().numpy(),
-                    "unchanged": np.isin(np.arange(len(idx)), unchanged_units(logits, clean_logits))}
-            if journal is not None:
-                journal.put(f"chunk{c:05d}", **done)
+    for idx, done in journaled_chunks(len(units), units_per_forward(batch, kw["max_rows"]), journal, compute,
+                                      rows=len(batch), progress=progress, desc="knockout"):
         ko.append(done["correct"])
         unchanged += [i for i, flag in zip(idx, done["unchanged"]) if flag]
-        bar.update(len(idx))
-    bar.close()
     return is_correct(clean_logits, answers).cpu().numpy(), np.concatenate(ko), unchanged, used
 
 

@@ -35,9 +35,9 @@ from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import accuracy_change, by_residue
 from phaseinterp.units import check_layers, check_level, head_units
+from phaseinterp.measure.journal import journaled_chunks
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
-from phaseinterp.progress import progress_bar
 
 UNITS = ("z", "resid", "entries", "gates")
 PATCH_CHANGES = ("absolute", "normalized")
@@ -193,28 +193,19 @@ def _patched_outcomes(pair: Pairing, run, n_units: int, corrupt_logits: Tensor, 
     `journal` when given and taken from it when already there."""
     clean = pair.clean
     answer, foil = clean.answer, _foil(pair, corrupt_logits)
-    per = max(1, max_rows // max(len(pair.corrupt), 1))
+
+    def compute(idx: list[int]) -> dict[str, np.ndarray]:
+        patched = run(idx)
+        return {"ld": logit_diff(patched, answer, foil).detach().cpu().numpy(),
+                "ok": is_correct(patched, clean.answers).cpu().numpy(),
+                "unchanged": np.isin(np.arange(len(idx)), unchanged_units(patched, corrupt_logits))}
+
     lds, oks, unchanged = [], [], []
-    bar = progress_bar(n_units, desc, progress)
-    for c, start in enumerate(range(0, n_units, per)):
-        idx = list(range(start, min(start + per, n_units)))
-        done = None if journal is None else journal.get(f"chunk{c:05d}")
-        if done is not None:
-            if done["ok"].shape != (len(idx), len(clean)):
-                raise ValueError(f"journal {str(journal.folder)!r}: chunk {c} holds {done['ok'].shape}, allowed "
-                                 f"{(len(idx), len(clean))}; remove the journal to start over")
-        else:
-            patched = run(idx)
-            done = {"ld": logit_diff(patched, answer, foil).detach().cpu().numpy(),
-                    "ok": is_correct(patched, clean.answers).cpu().numpy(),
-                    "unchanged": np.isin(np.arange(len(idx)), unchanged_units(patched, corrupt_logits))}
-            if journal is not None:
-                journal.put(f"chunk{c:05d}", **done)
+    per = max(1, max_rows // max(len(pair.corrupt), 1))
+    for idx, done in journaled_chunks(n_units, per, journal, compute, rows=len(clean), progress=progress, desc=desc):
         lds.append(done["ld"])
         oks.append(done["ok"])
         unchanged += [i for i, flag in zip(idx, done["unchanged"]) if flag]
-        bar.update(len(idx))
-    bar.close()
     return {"ld": np.concatenate(lds), "ok": np.concatenate(oks)}, unchanged
 
 

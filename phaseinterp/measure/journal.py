@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -150,3 +150,27 @@ def open_journal(resume: str | Path | Journal | None, kind: str, inputs: dict[st
     if not isinstance(resume, (str, Path)):
         raise ValueError(f"resume={resume!r} is invalid: allowed None or a journal folder (str or Path)")
     return Journal(resume, kind, inputs)
+
+
+def journaled_chunks(n_units: int, per: int, journal: Journal | None, compute: Callable[[list[int]], dict[str, np.ndarray]],
+                     *, rows: int, progress: bool, desc: str) -> Iterator[tuple[list[int], dict[str, np.ndarray]]]:
+    """(unit indices, arrays) of each chunk of `per` of `n_units` units: taken from `journal` when a killed
+    run recorded it, else `compute(indices)` and recorded. Every array's first two axes are
+    [chunk units, `rows`]; a recorded chunk of another shape is refused. A progress bar counts units."""
+    from phaseinterp.progress import progress_bar
+
+    with progress_bar(n_units, desc, progress) as bar:
+        for c, start in enumerate(range(0, n_units, per)):
+            idx = list(range(start, min(start + per, n_units)))
+            done = None if journal is None else journal.get(f"chunk{c:05d}")
+            if done is not None:
+                shapes = {k: v.shape[:2] for k, v in done.items() if v.ndim >= 2}
+                if any(s != (len(idx), rows) for s in shapes.values()):
+                    raise ValueError(f"journal {str(journal.folder)!r}: chunk {c} holds {shapes}, allowed "
+                                     f"{(len(idx), rows)}; remove the journal to start over")
+            else:
+                done = compute(idx)
+                if journal is not None:
+                    journal.put(f"chunk{c:05d}", **done)
+            yield idx, done
+            bar.update(len(idx))
