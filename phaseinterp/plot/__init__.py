@@ -1,7 +1,8 @@
 """Every figure of phaseinterp (plotly; nothing here calls `show()`), and HTML export.
 
-The top floor of the figures: it reads results (curves, maps, gate tables, flips, the zoo) and
-never the other way round; data objects do not draw themselves.
+The top floor of the figures: it reads results (curves, maps, gate tables, flips, the zoo) by their
+attributes and never imports them; a PhaseCurve or SpecializationMap shown in Jupyter calls
+`plot.display` from its `_repr_html_` (the one way down, tests/test_architecture.py).
 
     >>> from phaseinterp.plot import phase_figure, map_figure, save_html
 """

@@ -8,14 +8,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 from phaseinterp.config import renamed_keyword
-from phaseinterp.measure.curve import PhaseCurve
+
+#: A `phaseinterp.measure.PhaseCurve`, read by its attributes: measure's objects draw themselves with
+#: these figures (`_repr_html_`), so this floor never imports them.
+PhaseCurve = Any
 
 INTERVALS = ("bootstrap", "wilson", None)
 _DASHES = ("dot", "dash", "dashdot", "longdash")
 
 
 def _as_list(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseCurve]) -> list[tuple[str, PhaseCurve]]:
-    if isinstance(curves, PhaseCurve):
+    if hasattr(curves, "accuracy") and hasattr(curves, "modulus"):  # one curve
         curves = [curves]
     items = list(curves.items()) if isinstance(curves, Mapping) else [(c.label, c) for c in curves]
     if not items:

@@ -11,13 +11,14 @@ then display again) to put one back."""
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from phaseinterp.measure.curve import PhaseCurve
-    from phaseinterp.measure.specialization import SpecializationMap
+#: The objects drawn here call this module from their `_repr_html_`, so it reads them by their
+#: attributes and never imports them (no import cycle): a PhaseCurve, a SpecializationMap.
+PhaseCurve = SpecializationMap = Any
 
 _state = {"embedded": False}
 

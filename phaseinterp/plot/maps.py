@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-if TYPE_CHECKING:
-    from phaseinterp.measure.specialization import SpecializationMap
-    from phaseinterp.interventions.attribution import GateAttribution
-    from phaseinterp.interventions.cycling import CyclingResult
+#: Results drawn here, read by their attributes: a SpecializationMap draws itself with `map_figure`
+#: (`_repr_html_`), so this floor never imports measure or interventions (no import cycle).
+SpecializationMap = GateAttribution = CyclingResult = Any
 
 
 def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, title: str | None = None,
