@@ -87,6 +87,8 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[protocol] = {
             "full_seeds": len(full), "full_learned": len(full_learned), "full_flat": sum(is_flat(r) for r in full_learned),
             "full_not_flat": [r["model"] for r in full_learned if not is_flat(r)],
+            "full_period_s": sum(r["dominant_period"] is not None and STRIDE % r["dominant_period"] == 0
+                                 for r in full_learned),
             "full_mean_range_pct": [min(full_means), max(full_means)] if full_means else None,
             "full_below_ceiling": bool(full_means) and all(50 <= m <= 90 for m in full_means),
             "compressed": compressed,
@@ -105,7 +107,8 @@ def verdict_text(v: dict[str, Any]) -> str:
         lines.append(
             f"- **{protocol}: claim 2 {'holds' if p['holds'] else 'does not hold'}.** Full attention: "
             f"{p['full_flat']} of {p['full_learned']} learned seeds flat ({p['full_seeds']} trained"
-            + (f"; not flat: {', '.join(p['full_not_flat'])}" if p["full_not_flat"] else "") + "); mean "
+            + (f"; not flat: {', '.join(p['full_not_flat'])}" if p["full_not_flat"] else "")
+            + f"; dominant period dividing {STRIDE} in {p['full_period_s']} of {p['full_learned']}); mean "
             + (f"{rng[0]:.1f}-{rng[1]:.1f}% ({'inside' if p['full_below_ceiling'] else 'not all inside'} 50-90%)"
                if rng else "none learned")
             + f". Compressed members with a period-{STRIDE} gap: {comp}.")

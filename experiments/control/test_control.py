@@ -32,8 +32,9 @@ def test_claim_two_holds_only_when_every_learned_full_seed_is_flat_and_every_com
             _row("full-d64", 1, (30.0, 50.0), 2, learned=False)]  # not learned: does not count
     v = control.verdict(flat + compressed)["prefix"]
     assert v["holds"] and v["full_flat"] == 3 and v["full_learned"] == 3 and v["full_below_ceiling"]
+    assert v["full_period_s"] == 0
     gapped = control.verdict([*flat, _row("full-d64-kv4-lr1e3", 1, (1.5, 6.5), 8), *compressed])["prefix"]
-    assert not gapped["holds"] and gapped["full_not_flat"] == ["zoo-full-d64-kv4-lr1e3-s1"]
+    assert not gapped["holds"] and gapped["full_not_flat"] == ["zoo-full-d64-kv4-lr1e3-s1"] and gapped["full_period_s"] == 1
     wrong_period = [*flat, *compressed[:-1], _row(compressed[-1]["member"], 0, (20.0, 40.0), 3)]
     assert not control.verdict(wrong_period)["prefix"]["holds"]
     assert "does not hold" in control.verdict_text(control.verdict(wrong_period))
