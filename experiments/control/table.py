@@ -184,7 +184,12 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
             f"+-{FLAT_PP:g} pp, while the compressed "
             f"members show period-{STRIDE} gaps (held-out gap interval above {FLAT_PP:g} pp, dominant period dividing "
             f"{STRIDE}).\n\n" + verdict_text(v) + "\n\n" + lr_text(rows) + "\n\n")
-    (out / "zoo.md").write_text(head + markdown(rows, n_per_residue, "assets/checkpoints/{zoo,zoo-seeds,control}"))
+    table = markdown(rows, n_per_residue, "assets/checkpoints/{zoo,zoo-seeds,control}").replace(
+        "`assets/results/zoo_members.md`", f"`{(out / 'zoo_members.md').as_posix()}` (`python -m experiments.zoo.members_table "
+        f"{out.as_posix()} --out {out.as_posix()}`)").replace(
+        "built from this table's per-example correctness by `python -m experiments.zoo.members_table`",
+        "built from this table's per-example correctness")
+    (out / "zoo.md").write_text(head + table)
     payload = {"protocol": settings, "verdict": v, "rows": rows, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")
     flat = [{k: val for k, val in r.items() if k not in ("accuracy", "task", "training_rows")} for r in rows]
