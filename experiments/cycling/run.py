@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from experiments.cycling.members import PROTOCOL, SOURCES, sha256, zoo_runs
+from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.measure.provenance import jsonable
 
 COMMAND = "python -m experiments.cycling.run"
@@ -26,9 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def study(root: Path, *, n_all: int, n_layer: int, n_boot: int, task_seed: int, only: list[str] | None = None,

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from phaseinterp.measure.outputs import write_atomic
 
 BETAS = [2.0, 3.0, 5.0, 7.0]
 
@@ -47,11 +47,7 @@ def measure(seeds: int, sweep_seeds: int, betas: list[float]) -> dict:
 
 def write(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(payload, indent=1) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(payload, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

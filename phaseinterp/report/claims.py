@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from phaseinterp import assets
+from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.report import claim_checks as checks
 from phaseinterp.report import claim_findings as findings
 from phaseinterp.report.claim_rows import evidence_table, interval, table
@@ -164,11 +163,7 @@ def with_block(readme: str, block: str) -> str:
 def _write(path: Path, text: str) -> None:
     """Atomically: a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp makes the file private; a page is for everyone to read
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:
