@@ -195,8 +195,12 @@ def test_the_smollm2_study_runs_in_quick_mode(smol, tmp_path, monkeypatch):
     monkeypatch.setattr(smollm2, "load_smollm2", lambda: smol)
     main(["--out", str(tmp_path), "--prompts", "2", "--length", "32", "--windows", "4", "--screen-prompts", "1",
           "--ko-per-residue", "1", "--ko-len", "32", "--ko-distance", "12", "--ko-layers", "0", "--n-boot", "20",
-          "--n-perm", "20", "--no-all-layers-control", "--anchors", "post"])
+          "--n-perm", "20", "--no-all-layers-control", "--anchors", "post", "--resume"])
     result = json.loads((tmp_path / "smollm2.json").read_text())
+    # journaled as it went (nothing to take back on a first run), and the journal is gone once the result is whole
+    assert result["resumed"]["minibatches"] == 0 and result["resumed"]["of"] > 30
+    assert result["knockout"]["map"]["meta"]["resumed"]["chunks"] == 0
+    assert not (tmp_path / ".smollm2-journal").exists()
     grids = {r["grid"] for r in result["rows"]}
     assert "baseline" in grids and f"layer {result['screen']['worst_layer']}" in grids
     assert {r["spec"]["anchor"] for r in result["rows"] if r["spec"]} == {"post"}

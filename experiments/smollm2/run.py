@@ -17,12 +17,19 @@ Steps (all seeded; prompts of the screen, the sweep, the knockout and its calibr
 
 `--knockout-only` redoes step 3 and `--add-layer L ...` appends one-layer grids of more layers to
 an existing smollm2.json (each records its command); `--render-only` rewrites smollm2.md from it.
+
+`--resume`: every setting's minibatches and the knockout's chunks are journaled in
+`OUT/.smollm2-journal` as they finish (`analysis.induction_sweep.SettingJournals`,
+`measure.journal`); a killed run started again with `--resume` takes them back and gives the
+uninterrupted run's result bit for bit. The journal is removed once the result is written; the
+result records what was taken back (`resumed`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,12 +40,32 @@ import numpy as np
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.measure.provenance import dumps, versions
-from phaseinterp.analysis.induction_sweep import compression_settings, induction_correct, layer_screen, sweep_row
+from phaseinterp.analysis.induction_sweep import (SettingJournals, compression_settings, induction_correct, layer_screen,
+                                                 sweep_row)
+from phaseinterp.measure.journal import digest
+from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.tasks.induction import induction_batch, induction_final_batch
 from phaseinterp.units import Unit
 
 OUT = Path(__file__).resolve().parents[2] / "assets" / "results"
 SCREEN_SPEC = KVCompression(8, 8, "mean", "post")
+JOURNAL = ".smollm2-journal"
+
+
+def journals(args: argparse.Namespace, model: Any) -> SettingJournals | None:
+    """The study's journals with `--resume`, else None; an unfinished journal without `--resume` is
+    refused (continuing it or removing it is the user's choice)."""
+    root = args.out / JOURNAL
+    if not args.resume:
+        if any(root.rglob("*.npz")):
+            raise SystemExit(f"{root} holds the journal of an unfinished run: allowed --resume to continue it, "
+                             "or remove the folder to start over")
+        return None
+    return SettingJournals(root, model)
+
+
+def resumed(journal: SettingJournals | None) -> dict[str, int] | None:
+    return None if journal is None else {"minibatches": journal.taken, "of": journal.units}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -51,17 +78,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log = (lambda *a: print(f"[{time.time() - t0:6.0f}s]", *a, flush=True)) if args.verbose else (lambda *a: None)
     model, _ = load_smollm2()
     log("loaded")
+    journal = journals(args, model)
     common = dict(local=args.local, sink=args.sink)
     screen_batch = induction_batch(args.screen_prompts, args.length // 2, 2, seed=args.seed + 100)
-    screen_clean = induction_correct(model, screen_batch)
+    screen_clean = induction_correct(model, screen_batch, resume=journal)
     spec0 = KVCompression(**{**SCREEN_SPEC.to_dict(), **common})
-    drops = layer_screen(model, screen_batch, spec0, screen_clean)
+    drops = layer_screen(model, screen_batch, spec0, screen_clean, resume=journal)
     layers = [int(l) for l in np.flatnonzero(drops <= -args.screen_drop)] or [int(np.argmin(drops))]
     worst_layer = int(np.argmin(drops))
     log("screen", np.round(drops, 1).tolist(), "->", layers)
 
     batch = induction_batch(args.prompts, args.length, 2, seed=args.seed)
-    clean = induction_correct(model, batch)
+    clean = induction_correct(model, batch, resume=journal)
     rows = [sweep_row(clean, clean, batch, W, None, n_boot=args.n_boot, n_perm=args.n_perm).to_dict() | {"grid": "baseline"}
             for W in sorted(set(args.windows) | {8})]  # 8: the single-layer grid's stride
     log("clean", float(clean.float().mean()))
@@ -73,7 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if grid == "all layers":
             specs = specs[:1]
         for spec in specs:
-            correct = induction_correct(model, batch, spec)
+            correct = induction_correct(model, batch, spec, resume=journal)
             outcomes[f"{grid}|{spec.name}"] = correct
             rows.append(sweep_row(correct, clean, batch, W, spec, n_boot=args.n_boot, n_perm=args.n_perm).to_dict()
                         | {"grid": grid})
@@ -85,29 +113,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               "settings": {k: v for k, v in vars(args).items() if k not in ("out", "verbose")},
               "command": "python -m experiments.smollm2.run " + " ".join(sys.argv[1:]),
               "cpu_time_s": time.time() - t0, "versions": versions()}
-    result["knockout"] = knockout(model, result, args)
+    result["knockout"] = knockout(model, result, args, journal)
+    result["resumed"] = resumed(journal)
     log("knockout done")
     return result
 
 
-def add_layer_grids(result: dict[str, Any], layers: list[int]) -> list[dict[str, Any]]:
+def add_layer_grids(result: dict[str, Any], layers: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Rows of the W8/S8 grid compressing one layer at a time, on the sweep's own prompts."""
     from phaseinterp.backends.smollm2 import load_smollm2
 
     s = result["settings"]
     model = load_smollm2()[0]
+    journal = journals(args, model)
     batch = induction_batch(s["prompts"], s["length"], 2, seed=s["seed"])
-    clean = induction_correct(model, batch)
+    clean = induction_correct(model, batch, resume=journal)
     rows = []
     for layer in layers:
         for spec in compression_settings(8, [layer], local=s["local"], sink=s["sink"]):
-            correct = induction_correct(model, batch, spec)
+            correct = induction_correct(model, batch, spec, resume=journal)
             rows.append(sweep_row(correct, clean, batch, 8, spec, n_boot=s["n_boot"], n_perm=s["n_perm"]).to_dict()
                         | {"grid": f"layer {layer}"})
     return rows
 
 
-def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace, journal: SettingJournals | None = None
+             ) -> dict[str, Any]:
     """KV-head knockout map (absolute change) on the single-layer setting with the highest mean
     accuracy, over `--ko-layers` (default: the induction layers), residues mod `--ko-modulus`."""
     from phaseinterp.backends.smollm2 import smollm2_backend
@@ -124,10 +155,12 @@ def knockout(model: Any, result: dict[str, Any], args: argparse.Namespace) -> di
     make = lambda seed: induction_final_batch(args.ko_per_residue, args.ko_len, args.ko_modulus,  # noqa: E731
                                               min_distance=args.ko_distance, seed=seed)
     batch, calib = make(args.seed + 1), make(args.seed + 2)
+    # the compressed model's weights are the plain model's: the journal folder is keyed by the setting too
+    resume = None if journal is None else journal.root / f"knockout-{digest(spec.to_dict(), layers)[:12]}"
     compress_attention(model, spec)
     try:
         kmap = knockout_map(smollm2_backend(model), batch, calib, level="kv_head", layers=layers, n_boot=args.n_boot,
-                            max_rows=2 * len(batch), label=f"SmolLM2 {spec.name} layers {spec.layers}")
+                            max_rows=2 * len(batch), label=f"SmolLM2 {spec.name} layers {spec.layers}", resume=resume)
     finally:
         restore_attention(model)
     return {"setting": spec.name, "spec": spec.to_dict(), "map": kmap.to_dict(), "cpu_time_s": time.time() - t0,
@@ -271,6 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-perm", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--resume", action="store_true",
+                   help=f"journal finished units in OUT/{JOURNAL} and take back those of a killed run")
     p.add_argument("--render-only", action="store_true", help="rewrite smollm2.md from an existing smollm2.json")
     p.add_argument("--knockout-only", action="store_true", help="redo the knockout of an existing smollm2.json")
     p.add_argument("--add-layer", type=int, nargs="+", default=None,
@@ -278,23 +313,27 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.add_layer:  # append W8/S8 one-layer grids to an existing smollm2.json (same prompts)
         result = json.loads((args.out / "smollm2.json").read_text())
-        result["rows"] += add_layer_grids(result, args.add_layer)
+        result["rows"] += add_layer_grids(result, args.add_layer, args)
         result.setdefault("supplements", []).append("python -m experiments.smollm2.run " + " ".join(sys.argv[1:]))
-        (args.out / "smollm2.json").write_text(dumps(result))
+        write_atomic(args.out / "smollm2.json", dumps(result))
     if args.knockout_only:  # redo the knockout on the sweep of an existing smollm2.json
         from phaseinterp.backends.smollm2 import load_smollm2
 
         result = json.loads((args.out / "smollm2.json").read_text())
-        result["knockout"] = knockout(load_smollm2()[0], result, args)
-        (args.out / "smollm2.json").write_text(dumps(result))
+        model = load_smollm2()[0]
+        result["knockout"] = knockout(model, result, args, journals(args, model))
+        write_atomic(args.out / "smollm2.json", dumps(result))
     if args.render_only or args.knockout_only or args.add_layer:
-        (args.out / "smollm2.md").write_text(markdown(json.loads((args.out / "smollm2.json").read_text())))
+        write_atomic(args.out / "smollm2.md", markdown(json.loads((args.out / "smollm2.json").read_text())))
+        if args.knockout_only or args.add_layer:
+            shutil.rmtree(args.out / JOURNAL, ignore_errors=True)
         print(f"wrote {args.out / 'smollm2.md'}")
         return
     result = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "smollm2.json").write_text(dumps(result))
-    (args.out / "smollm2.md").write_text(markdown(result))
+    write_atomic(args.out / "smollm2.json", dumps(result))
+    write_atomic(args.out / "smollm2.md", markdown(result))
+    shutil.rmtree(args.out / JOURNAL, ignore_errors=True)  # the result is whole: the journal is spent
     print(f"wrote {args.out / 'smollm2.md'} and smollm2.json")
 
 

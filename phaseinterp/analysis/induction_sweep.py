@@ -10,7 +10,9 @@ paired cluster-bootstrap interval (`interventions.stats.paired_cluster_bootstrap
 from __future__ import annotations
 
 import warnings
+import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,9 +22,9 @@ from torch import Tensor
 
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
 from phaseinterp.interventions.stats import paired_cluster_bootstrap
-from phaseinterp.measure import PhaseCurve, evaluate_correct
+from phaseinterp.measure import PhaseCurve, dominant_period, evaluate_correct
+from phaseinterp.measure.journal import Journal, digest, batch_fingerprint, model_fingerprint
 from phaseinterp.tasks import PhaseBatch
-from phaseinterp.measure import dominant_period
 
 
 def compression_settings(window: int, layers: Sequence[int] | None, *, local: int = 16, sink: int = 0
@@ -44,17 +46,65 @@ def _logits_fn(model: torch.nn.Module):
     return lambda tokens: model(input_ids=tokens, use_cache=False).logits
 
 
+class SettingJournals:
+    """The journals of a training-free compression study: one folder per (batch, setting) under
+    `root`, each a `measure.journal.Journal` of that setting's minibatches, keyed by the weights
+    of the uncompressed model (hashed once here), the batch and the setting.
+
+    A killed study run again with the same `SettingJournals` root takes every finished minibatch
+    from its journal and computes the rest, so its correctness equals the uninterrupted run's bit
+    for bit. `taken` / `units` count the minibatches read back / seen by this object.
+
+    Example:
+        >>> journals = SettingJournals("work/smollm2-journal", model)
+        >>> clean = induction_correct(model, batch, resume=journals)
+        >>> journals.taken, journals.units  # a fresh journal: nothing read back
+        (0, 4)
+    """
+
+    def __init__(self, root: str | Path, model: torch.nn.Module) -> None:
+        self.root = Path(root)
+        self.model = model_fingerprint(model)
+        self.taken = self.units = 0
+
+    def journal(self, batch: PhaseBatch, spec: KVCompression | None, batch_size: int, *, kind: str = "induction"
+                ) -> Journal:
+        """The journal of `spec` (None: uncompressed) on `batch`, in minibatches of `batch_size`."""
+        data = batch_fingerprint(batch)
+        settings = {"spec": spec.to_dict() if spec else None, "batch_size": batch_size}
+        name = re.sub(r"[^A-Za-z0-9@.-]+", "_", spec.name if spec else "uncompressed")
+        return Journal(self.root / f"{kind}-{name}-{digest(data, settings)[:12]}", kind,
+                       {"model": self.model, "batch": data, "settings": settings})
+
+    def record(self, journal: Journal, n_units: int) -> None:
+        self.taken += journal.taken
+        self.units += n_units
+
+
 def induction_correct(model: torch.nn.Module, batch: PhaseBatch, spec: KVCompression | None = None, *,
-                      prompts_per_forward: int = 4) -> Bool[Tensor, " row"]:
+                      prompts_per_forward: int = 4, resume: SettingJournals | str | Path | None = None
+                      ) -> Bool[Tensor, " row"]:
     """Top-1 correctness of every row of `batch` with the model compressed by `spec` (None:
-    uncompressed); the model is restored afterwards, also on error."""
+    uncompressed); the model is restored afterwards, also on error.
+
+    Args:
+        resume: a `SettingJournals` (or its root folder): this setting's finished minibatches are
+            recorded there and taken back by a later call (a killed run continues, bit-identical).
+    """
     per_prompt = int(torch.bincount(batch.prompt_id).max())
+    batch_size = per_prompt * prompts_per_forward
+    if isinstance(resume, (str, Path)):
+        resume = SettingJournals(resume, model)
+    journal = None if resume is None else resume.journal(batch, spec, batch_size)
     try:
         if spec is not None:
             compress_attention(model, spec)
-        return evaluate_correct(_logits_fn(model), batch, batch_size=per_prompt * prompts_per_forward, progress=False)
+        out = evaluate_correct(_logits_fn(model), batch, batch_size=batch_size, progress=False, resume=journal)
     finally:
         restore_attention(model)
+    if resume is not None:
+        resume.record(journal, -(-len(batch) // batch_size))
+    return out
 
 
 @dataclass
@@ -117,13 +167,14 @@ def sweep_row(correct: Bool[Tensor, " row"], clean: Bool[Tensor, " row"], batch:
         spec=spec.to_dict() if spec else None)
 
 
-def layer_screen(model: torch.nn.Module, batch: PhaseBatch, spec: KVCompression, clean: Bool[Tensor, " row"]
-                 ) -> Float[np.ndarray, " layer"]:
-    """Induction accuracy change (points) when only layer l is compressed by `spec`, for every layer."""
+def layer_screen(model: torch.nn.Module, batch: PhaseBatch, spec: KVCompression, clean: Bool[Tensor, " row"], *,
+                 resume: SettingJournals | None = None) -> Float[np.ndarray, " layer"]:
+    """Induction accuracy change (points) when only layer l is compressed by `spec`, for every layer
+    (`resume`: as in `induction_correct`)."""
     n_layers = len(model.model.layers)
     base = float(clean.float().mean())
     out = []
     for layer in range(n_layers):
         one = KVCompression(**{**spec.to_dict(), "layers": (layer,)})
-        out.append(100 * (float(induction_correct(model, batch, one).float().mean()) - base))
+        out.append(100 * (float(induction_correct(model, batch, one, resume=resume).float().mean()) - base))
     return np.array(out)

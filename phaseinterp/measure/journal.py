@@ -24,7 +24,8 @@ from phaseinterp.measure.outputs import write_atomic
 FORMAT = 1
 
 
-def _digest(*parts: Any) -> str:
+def digest(*parts: Any) -> str:
+    """SHA-256 (hex) of tensors, arrays, dicts, lists and JSON values, by value."""
     h = hashlib.sha256()
     for p in parts:
         if isinstance(p, torch.Tensor):
@@ -37,12 +38,12 @@ def _digest(*parts: Any) -> str:
         elif isinstance(p, dict):  # tensors inside are hashed whole (str() of a tensor elides values)
             h.update(b"{")
             for k in sorted(p, key=str):
-                h.update(_digest(str(k), p[k]).encode())
+                h.update(digest(str(k), p[k]).encode())
             h.update(b"}")
         elif isinstance(p, (list, tuple)):
             h.update(b"[")
             for v in p:
-                h.update(_digest(v).encode())
+                h.update(digest(v).encode())
             h.update(b"]")
         else:
             h.update(json.dumps(p, sort_keys=True, default=str).encode())
@@ -60,12 +61,12 @@ def model_fingerprint(model: Any) -> str:
         raise ValueError(f"resume= needs a model with weights to fingerprint (a torch module or a backend); got "
                          f"{type(model).__name__}: allowed resume=None for a plain callable")
     state = module.state_dict()
-    return _digest(type(module).__name__, *[x for k in sorted(state) for x in (k, state[k])])
+    return digest(type(module).__name__, *[x for k in sorted(state) for x in (k, state[k])])
 
 
 def batch_fingerprint(batch: Any) -> str:
     """SHA-256 of a PhaseBatch's rows (tokens, query positions, answers, residues, example ids, modulus)."""
-    return _digest(batch.tokens, batch.query_pos, batch.answers, batch.residue, batch.example_id, int(batch.modulus))
+    return digest(batch.tokens, batch.query_pos, batch.answers, batch.residue, batch.example_id, int(batch.modulus))
 
 
 class Journal:
@@ -91,7 +92,7 @@ class Journal:
     def __init__(self, folder: str | Path, kind: str, inputs: dict[str, Any]) -> None:
         self.folder = Path(folder)
         self.kind = kind
-        self.inputs = {k: v if isinstance(v, str) else _digest(v) for k, v in inputs.items()}
+        self.inputs = {k: v if isinstance(v, str) else digest(v) for k, v in inputs.items()}
         self.taken = 0  # units read back from the journal by this run
         self.folder.mkdir(parents=True, exist_ok=True)
         for tmp in self.folder.glob(".*.tmp-*"):  # a write a killed run did not finish

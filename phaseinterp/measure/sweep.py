@@ -92,7 +92,8 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
         resume: a journal folder (`measure.journal`): each finished minibatch's correctness is
             recorded there, and minibatches already recorded (by a run that was killed) are taken
             from it instead of run again; the result is the same bit for bit. A journal of another
-            model, batch or batch size is refused. Needs a model with weights (not a plain callable).
+            model, batch or batch size is refused. Needs a model with weights (not a plain callable),
+            unless a `Journal` is given whole: its maker keyed it (the weights behind a callable).
 
     Returns:
         Boolean tensor on CPU, one entry per row of `batch`.
@@ -110,7 +111,8 @@ def _evaluate(model: Model, batch: PhaseBatch, *, batch_size: int, device: torch
                          "modulus)); a filter may have removed every row")
     model = _resolve(model)
     dev = _device(model, device)
-    journal = None if resume is None else open_journal(resume, "sweep", {
+    # a Journal given whole was keyed by its maker (e.g. a callable's weights it knows and we do not)
+    journal = resume if resume is None or isinstance(resume, Journal) else open_journal(resume, "sweep", {
         "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
         "settings": {"batch_size": batch_size, "device": dev.type,
                      "logits": model.sweep_info() if hasattr(model, "sweep_info") else None}})
