@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from phaseinterp.measure import SeedRun, member_summary, unpack_correct, wilson_interval
+from phaseinterp.measure import (SeedRun, estimate_text, median_range_text, member_summary, unpack_correct,
+                                 wilson_interval)
 from phaseinterp.measure.provenance import jsonable, versions
 from phaseinterp.tasks.names import PROTOCOLS
 
@@ -118,19 +119,6 @@ def build(folders: list[Path], *, n_boot: int = 2000, confidence: float = 0.95, 
                      "members": member_rows(rows, n_boot=n_boot, confidence=confidence, seed=seed), "versions": versions()})
 
 
-def _median_range(spread: dict | None, key: str, scale: float) -> str:
-    if spread is None or spread["median"][key] is None:
-        return "-"
-    return f"{scale * spread['median'][key]:.1f} ({scale * spread['low'][key]:.1f} to {scale * spread['high'][key]:.1f})"
-
-
-def _estimate(curve: dict | None, key: str, interval: str, scale: float = 1.0) -> str:
-    if curve is None or curve[key] is None:
-        return "-"
-    lo, hi = curve[interval]
-    return f"{scale * curve[key]:.1f} [{scale * lo:.1f}, {scale * hi:.1f}]"
-
-
 def table_lines(members: list[dict[str, Any]], which: str) -> list[str]:
     """The markdown table of `members` over all seeds (`which="all"`) or the seeds that learned ("learned")."""
     head = ["member", "architecture", "padding", "seeds", "learned [95% Wilson]", "mean % median (range)",
@@ -143,9 +131,9 @@ def table_lines(members: list[dict[str, Any]], which: str) -> list[str]:
         used = m["n_seeds"] if which == "all" else m["n_learned"]
         cells = [m["member"], m["architecture"], m["protocol"], f"{used} ({', '.join(map(str, m['seeds']))})" if which == "all"
                  else str(used), f"{m['n_learned']} of {m['n_seeds']} [{100 * lo:.0f}, {100 * hi:.0f}]",
-                 _median_range(spread, "mean", 100), _median_range(spread, "worst", 100),
-                 _median_range(spread, "gap_heldout_pp", 1), _estimate(curve, "mean", "mean_interval", 100),
-                 _estimate(curve, "gap_heldout_pp", "gap_interval_pp"), _estimate(curve, "seed_gap_pp", "seed_gap_interval_pp")]
+                 median_range_text(spread, "mean", 100), median_range_text(spread, "worst", 100),
+                 median_range_text(spread, "gap_heldout_pp", 1), estimate_text(curve, "mean", "mean_interval", 100),
+                 estimate_text(curve, "gap_heldout_pp", "gap_interval_pp"), estimate_text(curve, "seed_gap_pp", "seed_gap_interval_pp")]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

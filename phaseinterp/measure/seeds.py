@@ -279,5 +279,25 @@ def _heldout(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(100 * (measured(a, b) + measured(b, a)) / 2)
 
 
-__all__ = ["MemberCurve", "MemberSummary", "STATISTICS", "SeedRun", "SeedSpread", "correct_matrix", "member_curve",
-           "member_summary", "pack_correct", "seed_spread", "seed_statistics", "unpack_correct"]
+def median_range_text(spread: dict | None, key: str, scale: int | float = 1.0) -> str:
+    """"median (low to high)" of `key` in a seed spread's dict (`SeedSpread.to_dict()`), times
+    `scale`, one decimal; "-" when there is no spread or no value (e.g. no seed learned)."""
+    if spread is None or spread["median"][key] is None:
+        return "-"
+    return f"{scale * spread['median'][key]:.1f} ({scale * spread['low'][key]:.1f} to {scale * spread['high'][key]:.1f})"
+
+
+def estimate_text(curve: dict | None, key: str, interval_key: str, scale: int | float = 1.0) -> str:
+    """"value [low, high]" of `key` and its interval `interval_key` in a member curve's dict
+    (`MemberCurve.to_dict()`), times `scale`, one decimal; "-" for what is absent (an interval
+    that cannot be estimated, e.g. from one seed)."""
+    if curve is None or curve[key] is None:
+        return "-"
+    pair = curve[interval_key]
+    if pair is None or pair[0] is None:
+        return f"{scale * curve[key]:.1f} -"
+    return f"{scale * curve[key]:.1f} [{scale * pair[0]:.1f}, {scale * pair[1]:.1f}]"
+
+
+__all__ = ["MemberCurve", "MemberSummary", "STATISTICS", "SeedRun", "SeedSpread", "correct_matrix", "estimate_text",
+           "median_range_text", "member_curve", "member_summary", "pack_correct", "seed_spread", "seed_statistics", "unpack_correct"]

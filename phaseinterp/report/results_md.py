@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from phaseinterp import assets
+from phaseinterp.measure.seeds import estimate_text, median_range_text
 
 #: The result files the page reads, relative to an assets folder.
 INPUTS = {
@@ -98,18 +99,6 @@ def zoo_rows(data: dict) -> list[dict]:
     return [dict(r, source="zoo") for r in data["zoo"]["rows"]] + [dict(r, source="zoo-seeds") for r in data["zoo_seeds"]["rows"]]
 
 
-def _median_range(spread: dict | None, key: str, scale: float = 1.0) -> str:
-    if spread is None or spread["median"][key] is None:
-        return "-"
-    return f"{scale * spread['median'][key]:.1f} ({scale * spread['low'][key]:.1f} to {scale * spread['high'][key]:.1f})"
-
-
-def _estimate(curve: dict | None, key: str, interval_key: str, scale: float = 1.0) -> str:
-    if curve is None or curve[key] is None:
-        return "-"
-    return f"{scale * curve[key]:.1f} {interval(curve[interval_key], scale)}"
-
-
 def zoo_summary(members: list[dict]) -> list[str]:
     """The member table (`zoo_members.json`): one row per member and protocol, across its seeds."""
     out = []
@@ -118,9 +107,9 @@ def zoo_summary(members: list[dict]) -> list[str]:
         spread, curve = m["spread"]["all"], m["curves"]["all"]
         out.append([m["member"], m["architecture"], m["S"] or "-", m["protocol"], m["n_seeds"],
                     f"{m['n_learned']} of {m['n_seeds']}", f"[{100 * lo:.0f}, {100 * hi:.0f}]",
-                    _median_range(spread, "mean", 100), _median_range(spread, "worst", 100),
-                    _median_range(spread, "gap_heldout_pp"), _estimate(curve, "mean", "mean_interval", 100),
-                    _estimate(curve, "seed_gap_pp", "seed_gap_interval_pp")])
+                    median_range_text(spread, "mean", 100), median_range_text(spread, "worst", 100),
+                    median_range_text(spread, "gap_heldout_pp"), estimate_text(curve, "mean", "mean_interval", 100),
+                    estimate_text(curve, "seed_gap_pp", "seed_gap_interval_pp")])
     return table(["member", "architecture", "S", "padding", "seeds", "learned", "learned 95% Wilson %",
                   "mean % median (range)", "worst % median (range)", "held-out gap pp median (range)",
                   "member curve mean % [95% CI]", "seeds' held-out gap pp, average [95% CI]"], out)
@@ -162,8 +151,8 @@ def zoo_section(data: dict) -> list[str]:
     across = [m for m in data["zoo_members"]["members"] if m["architecture"] == "full attention"]
     if across:
         lines += ["Full attention across seeds: " + "; ".join(
-            f"{m['member']} {m['protocol']} ({m['n_seeds']} seeds) mean {_median_range(m['spread']['all'], 'mean', 100)}%, held-out gap "
-            f"{_median_range(m['spread']['all'], 'gap_heldout_pp')} pp (median (range))" for m in across)
+            f"{m['member']} {m['protocol']} ({m['n_seeds']} seeds) mean {median_range_text(m['spread']['all'], 'mean', 100)}%, held-out gap "
+            f"{median_range_text(m['spread']['all'], 'gap_heldout_pp')} pp (median (range))" for m in across)
             + ". A curve at ceiling cannot show a phase effect, so this control cannot fail (issue 32).", ""]
     lines += ["### Every run", ""]
     lines += table(["run", "protocol", "learned", "mean %", "worst %", "held-out gap pp", "gap interval",
