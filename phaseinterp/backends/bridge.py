@@ -31,12 +31,15 @@ the compressor's forward while a hook is attached, which hands the softmax's inp
 calls, not the lightning indexer's).
 
 Example:
+    >>> from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+    >>> from phaseinterp.backends import backend_for
+    >>> from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
+    >>> hf = tiny_deepseek_v4_spec().build(seed=0).hf  # random weights, no download
     >>> bridge = build_bridge_from_module(hf, "DeepseekV4ForCausalLM", hf_config=hf.config)
-    >>> add_gate_hooks(bridge)
-    >>> bridge_hook_name(bridge, "gate", 1)
-    'blocks.1.attn.compressor.hook_gate'
-    >>> backend_for(bridge).cfg.strides  # the bridge's HF model behind DeepseekV4Backend
-    (4, 8)
+    >>> add_gate_hooks(bridge)[-1], bridge_hook_name(bridge, Unit("gate", 1, 0))
+    ('blocks.1.attn.compressor.hook_gate', 'blocks.1.attn.compressor.hook_gate')
+    >>> type(backend_for(bridge)).__name__, backend_for(bridge).cfg.strides  # its HF model, behind its backend
+    ('DeepseekV4Backend', (4, 8))
 """
 
 from __future__ import annotations
@@ -91,8 +94,12 @@ def bridge_hook_name(bridge: Any, site: str | Unit, layer: int | None = None) ->
     for head, KV-head and layer units (knockouts replace head outputs), `gate` for gate units.
 
     Example:
-        >>> bridge_hook_name(bridge, Unit("kv_head", 1, 0))  # a Qwen3 bridge
-        'blocks.1.attn.hook_z'
+        >>> from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+        >>> from phaseinterp.backends.tiny import tiny_qwen3
+        >>> hf = tiny_qwen3(seed=0)
+        >>> bridge = build_bridge_from_module(hf, "Qwen3ForCausalLM", hf_config=hf.config)
+        >>> bridge_hook_name(bridge, Unit("kv_head", 1, 0)), bridge_hook_name(bridge, "layer", 0)
+        ('blocks.1.attn.hook_z', 'blocks.0.attn.hook_out')
     """
     if isinstance(site, Unit):
         site, layer = ("gate" if site.kind == "gate" else "head"), site.layer
