@@ -5,6 +5,7 @@ too) give the same logits, phase curve, knockout map and gate edits as the undis
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 import warnings
 
 import beartype  # noqa: F401  (before nnsight)
@@ -78,3 +79,30 @@ def test_reads_and_gate_edits_on_an_offloaded_layer(pair):
     torch.testing.assert_close(logits, logits_ref, atol=1e-5, rtol=1e-5)
     for r in reads:
         torch.testing.assert_close(values[r], values_ref[r], atol=1e-5, rtol=1e-5)
+
+
+def test_the_remote_recipe_of_the_docs_runs_under_nnsights_local_simulation(tmp_path):
+    """docs/devices.md's two-trace knockout, run as written but with `remote="local"` (nnsight
+    serializes each trace as for NDIF and runs it here), equals `knockout_logits`."""
+    from nnsight import LanguageModel
+
+    from phaseinterp.backends.tiny import word_tokenizer
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "devices.md").read_text()
+    code = doc.split("<!-- remote recipe -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert code.count("remote=True") == 2
+    raw = _louder(tiny_qwen3(seed=0))
+    task = RecordLookup(vocab_size=raw.config.vocab_size, n_records=8, n_demos=1)
+    batch, calib = task.sample(1, 8, seed=0), task.sample(1, 8, seed=0, split="calibration")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # LanguageModel is deprecated in nnsight 0.8 (TransformersModel)
+        lm = LanguageModel(copy.deepcopy(raw), tokenizer=word_tokenizer(raw.config.vocab_size))
+    cfg = backend_for(raw).cfg
+    scope = {"lm": lm, "batch": batch, "calib": calib, "layer": 1, "kv_head": 1, "d_head": cfg.d_head,
+             "group": cfg.n_heads // cfg.n_kv_heads}
+    recipe = tmp_path / "recipe.py"  # nnsight reads a trace's source back from its file
+    recipe.write_text(code.replace("remote=True", 'remote="local"'))
+    exec(compile(recipe.read_text(), str(recipe), "exec"), scope)
+    clean, ko, _ = knockout_logits(raw, batch, [Unit("kv_head", 1, 1)], calib)
+    assert (ko[0] - clean).abs().max() > 1e-3
+    torch.testing.assert_close(scope["knocked"], ko[0], atol=1e-5, rtol=1e-5)
