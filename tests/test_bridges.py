@@ -77,10 +77,22 @@ def test_each_wrapper_is_its_own_family_and_runs_behind_the_hf_backend(models):
     raw, bridge, lm, arch = models
     kind = DeepseekV4Backend if arch == "DeepseekV4ForCausalLM" else HFCausalLMBackend
     assert family_of_model(bridge).name == "transformer-lens-bridge"
-    assert family_of_model(lm).name == "nnsight-language-model"
+    assert family_of_model(lm).name == "nnsight"
     for wrapper, hf in ((bridge, bridge.original_model), (lm, lm._module)):
         backend = resolve_model(wrapper)
         assert type(backend) is kind and backend.model is hf and backend.cfg == backend_for(raw).cfg
+
+
+def test_every_nnsight_wrapper_runs_behind_its_module():
+    from nnsight import NNsight
+    from nnsight.modeling.transformers import TransformersModel
+
+    hf = tiny_qwen3(seed=0)
+    for wrapper in (NNsight(hf), TransformersModel(hf, tokenizer=word_tokenizer(hf.config.vocab_size))):
+        assert family_of_model(wrapper).name == "nnsight"
+        assert type(backend_for(wrapper)) is HFCausalLMBackend and backend_for(wrapper).model is hf
+    with pytest.raises(ValueError, match=r"Envoy over Qwen3DecoderLayer is invalid: allowed an nnsight LanguageModel"):
+        backend_for(NNsight(hf).model.layers[0])
 
 
 def test_same_phase_curve_per_example(models, batches):

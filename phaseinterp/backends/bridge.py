@@ -1,5 +1,5 @@
 """Models researchers already hold in another toolkit: a TransformerLens 4.3 `TransformerBridge`
-and an nnsight `LanguageModel`, both over a HuggingFace causal LM.
+and an nnsight `LanguageModel` (or `TransformersModel`, `NNsight`), over a HuggingFace causal LM.
 
 Both run behind the backend of the HF model underneath (`DeepseekV4Backend`, `HFCausalLMBackend`,
 ...; the model families `families.bridges` register them): a bridge replaces submodules of its HF
@@ -74,13 +74,14 @@ def bridged_model(bridge: Any) -> torch.nn.Module:
 
 
 def language_model_module(lm: Any) -> torch.nn.Module:
-    """The HF model an nnsight `LanguageModel` wraps (loaded now if it was dispatched lazily)."""
-    if getattr(lm, "dispatched", True) is False and hasattr(lm, "dispatch_model"):
-        lm.dispatch_model()
+    """The HF model an nnsight wrapper (`LanguageModel`, `TransformersModel`, `NNsight`) wraps
+    (its weights loaded now if it was made without them)."""
+    if getattr(lm, "dispatched", True) is False and hasattr(lm, "dispatch"):
+        lm.dispatch()  # a wrapper made without weights (meta) loads them now
     model = getattr(lm, "_module", None)  # nnsight 0.8: the wrapped module (an Envoy's `_module`)
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise ValueError(f"LanguageModel over {type(model).__name__} is invalid: allowed an nnsight LanguageModel "
-                         "over a HuggingFace causal LM")
+        raise ValueError(f"{type(lm).__name__} over {type(model).__name__} is invalid: allowed an nnsight "
+                         "LanguageModel, TransformersModel or NNsight over a HuggingFace causal LM")
     return model
 
 

@@ -43,7 +43,7 @@ def _lm_backend(lm: Any, stride: int | None):
 
 BRIDGE = register_family(ModelFamily(name="transformer-lens-bridge", recognizes=is_bridge, backend=_bridge_backend,
                                      runnable=lambda m: _bridge_backend(m, None)))
-LANGUAGE_MODEL = register_family(ModelFamily(name="nnsight-language-model", recognizes=is_language_model,
+LANGUAGE_MODEL = register_family(ModelFamily(name="nnsight", recognizes=is_language_model,
                                              backend=_lm_backend, runnable=lambda m: _lm_backend(m, None)))
 
 __all__ = ["BRIDGE", "LANGUAGE_MODEL", "is_bridge", "is_language_model"]
