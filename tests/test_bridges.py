@@ -168,6 +168,9 @@ def test_a_tl_hook_on_the_added_gate_site_is_our_gate_edit():
     assert (ours - backend(tokens)).abs().max() > 1e-3
     torch.testing.assert_close(edited, ours, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(bridge(tokens), backend(tokens), atol=1e-5, rtol=1e-5)  # the hook is gone
+    with bridge.hooks(fwd_hooks=[("blocks.1.attn.compressor.hook_gate", uniform)]):
+        # the bridge's HF model is what its backend runs: a hook attached to the bridge acts there too
+        torch.testing.assert_close(backend_for(bridge)(tokens), ours, atol=1e-5, rtol=1e-5)
     assert all(not bridge.hook_dict[n]._forward_hooks for n in bridge.hook_dict if "hook_gate" in n)
 
 
