@@ -199,3 +199,17 @@ def test_bad_bridge_sites_name_the_value_and_the_allowed_ones():
     _, v4, _, _ = _three("deepseek_v4")
     with pytest.raises(ValueError, match=r"call add_gate_hooks\(bridge\) first"):
         bridge_hook_name(v4, "gate", 1)
+
+
+def test_a_bridge_in_compatibility_mode_runs_its_processed_weights():
+    """`enable_compatibility_mode` writes TransformerLens's processed weights (folded norms, centred
+    unembedding) into the HF modules: the backend computes what the bridge computes, and the raw
+    model's logits up to a per-position constant."""
+    raw, bridge, _, _ = _three("qwen3")
+    bridge.enable_compatibility_mode(disable_warnings=True)
+    tokens = torch.randint(0, raw.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    ours, theirs, plain = backend_for(bridge)(tokens), bridge(tokens), raw(input_ids=tokens, use_cache=False).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
+    assert (ours - plain).abs().max() > 1e-4  # processed, not the raw weights
+    centred = lambda x: x - x.mean(-1, keepdim=True)  # noqa: E731
+    torch.testing.assert_close(centred(ours), centred(plain), atol=1e-5, rtol=1e-5)
