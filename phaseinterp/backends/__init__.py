@@ -13,6 +13,7 @@ import beartype  # noqa: F401  (import before nnsight, see RECIPES.md)
 
 from phaseinterp.backends.base import Backend  # noqa: E402
 from phaseinterp.backends.batching import BatchedNNsight  # noqa: E402
+from phaseinterp.backends.bridge import add_gate_hooks, bridge_hook_name  # noqa: E402
 from phaseinterp.backends.compressed_hf import CompressedHFBackend  # noqa: E402
 from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend  # noqa: E402
 from phaseinterp.backends.compression import Compression  # noqa: E402
@@ -28,7 +29,7 @@ from phaseinterp.backends.units import BackendConfig, Read  # noqa: E402
 from phaseinterp.units import UNIT_KINDS, Unit  # noqa: E402
 
 __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "Compression", "CycleGate",
-           "DeepseekV4Backend", "Edit",
+           "DeepseekV4Backend", "Edit", "add_gate_hooks", "bridge_hook_name",
            "HFCausalLMBackend", "HookedBackend", "HookedNNsightBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
            "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "load_pretrained", "load_smollm2",
            "resolve_model", "restore_attention", "smollm2_backend"]

@@ -234,9 +234,12 @@ class Backend(TLCompat):
 
     @property
     def device(self) -> torch.device:
-        """Where inputs go: the device of the input embeddings (first parameter)."""
+        """Where inputs go: the device of the input embeddings (first parameter not on the meta
+        device, where accelerate keeps offloaded weights between calls; its hooks move the inputs
+        on to where the first layer runs)."""
         for p in self.model.parameters():
-            return p.device
+            if p.device.type != "meta":
+                return p.device
         return torch.device("cpu")
 
     @property

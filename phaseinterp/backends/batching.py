@@ -31,6 +31,16 @@ class BatchedNNsight(NNsight):
         ...             nn_model.blocks[0].attn.hook_z.output[:, -1, h] = 0
     """
 
+    @property
+    def device(self) -> torch.device | None:
+        """Where nnsight moves the inputs: the first parameter not on the meta device (nnsight takes
+        the first parameter, which is on meta when accelerate offloaded it; the model's dispatch
+        hooks move the inputs on)."""
+        for p in self._module.parameters():
+            if p.device.type != "meta":
+                return p.device
+        return None
+
     def _batch_size(self, *inputs: Any, **kwargs: Any) -> int:
         if inputs and isinstance(inputs[0], torch.Tensor):
             return int(inputs[0].shape[0])

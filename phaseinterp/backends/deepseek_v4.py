@@ -132,10 +132,19 @@ class DeepseekV4Backend(HFMixin, Backend):
         rows = bias.view(bias.shape[0], -1, 1, self.cfg.d_head)
         return rows.transpose(0, 1).flatten(0, 1)  # CSA: offsets 0..m-1 use `a`, m..2m-1 use `b`
 
+    def _compressor_code(self, layer: int):
+        """The envoy of the module whose forward holds the gate softmax: the HF compressor, or the
+        compressor a wrapper module runs as its `original_component` (a TransformerLens bridge
+        component, see `backends.bridge`)."""
+        envoy = self.nn.model.layers[layer].self_attn.compressor
+        wrapped = self.model.model.layers[layer].self_attn.compressor
+        return envoy._original_component if isinstance(getattr(wrapped, "original_component", None), torch.nn.Module) \
+            else envoy
+
     def _gate_op(self, layer: int) -> str:
         """Name of the softmax over window slots in the compressor's forward (found once)."""
         if layer not in self._softmax_op:
-            names = [op.name for op in self.nn.model.layers[layer].self_attn.compressor.source if "softmax" in op.name]
+            names = [op.name for op in self._compressor_code(layer).source if "softmax" in op.name]
             if len(names) != 1:
                 raise ValueError(f"layer {layer}: expected one softmax in the HF compressor forward, found {names}; "
                                  "this transformers version lays the compressor out differently")
@@ -153,7 +162,7 @@ class DeepseekV4Backend(HFMixin, Backend):
             s.to_canon = lambda raw: raw.permute(0, 2, 1, 3)
             s.from_canon = lambda canon, raw: canon.permute(0, 2, 1, 3).to(raw.dtype)
             return s
-        op = getattr(attn.compressor.source, self._gate_op(layer))
+        op = getattr(self._compressor_code(layer).source, self._gate_op(layer))
 
         def set_gate(value: Tensor) -> None:
             op.output = value

@@ -1,0 +1,49 @@
+"""Models held by another toolkit: a TransformerLens `TransformerBridge` and an nnsight
+`LanguageModel` over a HuggingFace causal LM run behind the backend of that HF model (its own
+family's: `DeepseekV4Backend`, `HFCausalLMBackend`, ...; see `backends.bridge`). Backend only.
+
+This module's name sorts before every other family module on purpose: families are tried in
+import order, and both wrappers answer `.config` with their HF model's config, which the
+DeepSeek-V4 family (and the HF fallback) would otherwise claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phaseinterp.family import ModelFamily, backend_of, register_family
+
+
+def _has_class(obj: Any, name: str, module_prefix: str) -> bool:
+    """Whether `obj` is an instance of a class `name` from `module_prefix` (no import of that package)."""
+    return any(c.__name__ == name and c.__module__.startswith(module_prefix) for c in type(obj).__mro__)
+
+
+def is_bridge(obj: Any) -> bool:
+    """A TransformerLens `TransformerBridge` (checked without importing transformer_lens)."""
+    return _has_class(obj, "TransformerBridge", "transformer_lens.")
+
+
+def is_language_model(obj: Any) -> bool:
+    """An nnsight model wrapper: `LanguageModel`, `TransformersModel` (its successor in nnsight 0.8),
+    `NNsight`, any nnsight `Envoy` (checked without importing nnsight)."""
+    return _has_class(obj, "Envoy", "nnsight.")
+
+
+def _bridge_backend(bridge: Any, stride: int | None):
+    from phaseinterp.backends.bridge import bridged_model
+
+    return backend_of(bridged_model(bridge), stride)
+
+
+def _lm_backend(lm: Any, stride: int | None):
+    from phaseinterp.backends.bridge import language_model_module
+
+    return backend_of(language_model_module(lm), stride)
+
+
+BRIDGE = register_family(ModelFamily(name="transformer-lens-bridge", recognizes=is_bridge, backend=_bridge_backend,
+                                     runnable=lambda m: _bridge_backend(m, None)))
+LANGUAGE_MODEL = register_family(ModelFamily(name="nnsight", recognizes=is_language_model,
+                                             backend=_lm_backend, runnable=lambda m: _lm_backend(m, None)))
+
+__all__ = ["BRIDGE", "LANGUAGE_MODEL", "is_bridge", "is_language_model"]
