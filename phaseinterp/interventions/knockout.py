@@ -139,6 +139,16 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
                             desc="knockout"), method
 
 
+def path_meta(model, method: str) -> dict:
+    """How a map's edited logits were computed, for its meta: "path" ("final_position": our model's
+    recomputation, "kv_cache": a HF decoder's cached prefix, "full_forward": one forward per unit),
+    and, where a backend could not take its final-position path, "fallback" saying why."""
+    if method == "incremental":
+        return {"path": getattr(model, "incremental_path", "final_position")}
+    why = getattr(model, "incremental_fallback", lambda: None)()
+    return {"path": "full_forward", **({} if why is None else {"fallback": why})}
+
+
 def units_per_forward(batch: PhaseBatch, max_rows: int) -> int:
     """Units one forward of a knockout takes (the backends' own chunking): a map run chunk by chunk
     computes exactly what one call over all units computes."""
@@ -163,8 +173,11 @@ def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibratio
     pos = check_positions(positions, T)
     can_fast = pos == "final" and model.incremental_ok()
     if method == "incremental" and not can_fast:
-        raise ValueError(f"method='incremental' needs positions='final' and our HookedCompressedTransformer without "
-                         f"hooks attached; got positions={positions!r} on {model.describe()} (allowed: method='hooks')")
+        why = getattr(model, "incremental_fallback", lambda: None)()
+        raise ValueError(f"method='incremental' needs positions='final' and a backend with the final-position path "
+                         f"(our HookedCompressedTransformer, or a HF Llama / Qwen / Mistral decoder through its KV "
+                         f"cache) without hooks attached; got positions={positions!r} on {model.describe()}"
+                         f"{'' if why is None else ': ' + why} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
     calib = _calibration(model, calibration, pos, replacement, max_rows)
     own = isinstance(calib, str)  # SELF: the batch calibrates itself, so its modulus and sites match
@@ -356,7 +369,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         meta={"label": label, "masked": mask_note,
               "intervention": {"kind": "knockout", "level": level, "replacement": replacement, "change": change,
                                                "per_residue": per_residue, "positions": positions, "method": used,
-                                               "engine": model.engine},
+                                               "engine": model.engine, **path_meta(model, used)},
               "model": model_config(model), "task": batch.meta,
               "calibration": ({"kind": SELF, "rule": "leave-one-example-out mean of the evaluated batch"}
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.checks import check_at_least_one, check_position
-from phaseinterp.interventions.knockout import is_correct, knockout_edit, unit_axis, unit_coords
+from phaseinterp.interventions.knockout import is_correct, knockout_edit, path_meta, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import accuracy_change, by_residue
@@ -174,7 +174,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
     out = _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
                          {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
                           "positions": positions, "method": "incremental" if fast else "hooks",
-                          "engine": model.engine,
+                          "engine": model.engine, **path_meta(model, "incremental" if fast else "hooks"),
                           "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min, "change": change},
                          {"change": change, "n_boot": n_boot, "confidence": confidence, "seed": seed})
     if journal is not None:
@@ -233,9 +233,12 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
     fast_ok = model.incremental_ok() and ((unit == "z" and positions == "final")
                                          or (unit == "resid" and list(positions) == ["final"]))
     if method == "incremental" and not fast_ok:
+        why = getattr(model, "incremental_fallback", lambda: None)()
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
-                         f"the 'final' site only, on our HookedCompressedTransformer without hooks; got unit={unit!r}, "
-                         f"positions={positions!r} on {model.describe()} (allowed: method='hooks')")
+                         "the 'final' site only, on our HookedCompressedTransformer or (unit 'z') a HF Llama / Qwen / "
+                         f"Mistral decoder through its KV cache, without hooks; got unit={unit!r}, "
+                         f"positions={positions!r} on {model.describe()}{'' if why is None else ': ' + why} "
+                         "(allowed: method='hooks')")
     if unit == "z":
         check_level(level)
         check_positions(positions, T)
