@@ -18,7 +18,6 @@ nothing against it; otherwise knockout and patching maps fall back to one full f
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Sequence
 
 import torch
@@ -61,19 +60,26 @@ def kv_cache_fallback(backend: Any) -> str | None:
     return None
 
 
-class _Prefix:
-    """Stands in for a HF cache during one decoder layer's call: `update` returns the base run's
-    keys and values of positions < t, repeated once per unit, followed by the new position's own."""
+ATTENTION = "phaseinterp_shared_prefix"
 
-    def __init__(self) -> None:
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
-        self.repeat = 1
 
-    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        k = torch.cat([self.keys.repeat(self.repeat, 1, 1, 1), key_states], dim=2)
-        v = torch.cat([self.values.repeat(self.repeat, 1, 1, 1), value_states], dim=2)
-        return k, v
+def shared_prefix_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+                            scaling: float, dropout: float = 0.0, *, shared_prefix: tuple[Tensor, Tensor],
+                            **kwargs: Any) -> tuple[Tensor, None]:
+    """HF attention function (`AttentionInterface`) for one query position per row whose keys are a
+    prefix shared by every unit plus the row's own key: `query` [unit * b, H, 1, d], `key`, `value`
+    [unit * b, K, 1, d] (the new position only), `shared_prefix` the cached keys and values of
+    positions < t, [b, K, t, d] each. One softmax over prefix and own key, as the model's own
+    attention computes it; the prefix is read once for all units, never copied per unit."""
+    keys, values = shared_prefix
+    b, K, t, d = keys.shape
+    n, H = query.shape[:2]
+    q = query.view(n // b, b, K, H // K, d)
+    own_k, own_v = key.view(n // b, b, K, 1, d), value.view(n // b, b, K, 1, d)
+    scores = torch.cat([torch.einsum("ubkgd,bktd->ubkgt", q, keys), (q * own_k).sum(-1, keepdim=True)], -1)
+    p = (scores * scaling).softmax(-1, dtype=torch.float32).to(q.dtype)
+    out = torch.einsum("ubkgt,bktd->ubkgd", p[..., :t], values) + p[..., t:] * own_v
+    return out.reshape(n, 1, H, d), None
 
 
 class KVCacheFinalRun:
@@ -114,7 +120,6 @@ class KVCacheFinalRun:
         if query_pos.shape != (tokens.shape[0],) or ((query_pos < 0) | (query_pos >= T)).any():
             raise ValueError(f"query_pos must hold one position in [0, {T - 1}] per row; got {query_pos.tolist()}")
         self.tokens, self.query_pos = tokens, query_pos
-        self._cache_kw = "cache" if "cache" in inspect.signature(self.layers[0].forward).parameters else "past_key_values"
         self._base_run()
 
     # ---- the base run ---------------------------------------------------------------------------
@@ -181,6 +186,18 @@ class KVCacheFinalRun:
         values = values.to(self.logits.device, self.logits.dtype)
         masks = masks.to(self.logits.device)
         out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
+        from transformers import AttentionInterface
+
+        config, attention = self.model.config, self.model.config._attn_implementation
+        AttentionInterface.register(ATTENTION, shared_prefix_attention)
+        config._attn_implementation = ATTENTION  # for this call only: every layer reads the config per forward
+        try:
+            self._run_groups(layers, masks, values, max_rows, out)
+        finally:
+            config._attn_implementation = attention
+        return out
+
+    def _run_groups(self, layers: list[int], masks: Tensor, values: Tensor, max_rows: int, out: Tensor) -> None:
         with torch.no_grad():
             for t, rows, prefix in self.groups:
                 per = max(1, max_rows // len(rows))
@@ -188,7 +205,6 @@ class KVCacheFinalRun:
                     sl = slice(s, s + per)
                     out[sl, rows.to(out.device)] = self._run_group(t, rows, prefix, layers[sl], masks[sl],
                                                                   values[sl][:, rows])
-        return out
 
     def run_resid(self, layers: Sequence[int], values: Tensor, *, max_rows: int = 8192) -> Tensor:
         raise ValueError("residual-stream patching is not available on HF backends (no hook_resid_pre site): "
@@ -201,7 +217,6 @@ class KVCacheFinalRun:
         start = torch.tensor(layers)
         x = None  # [started units * b, 1, d_model], unit-major
         started: list[int] = []
-        cache = _Prefix()
         pos_ids = torch.full((1, 1), t, device=values.device)
         pe = None
         for m in range(min(layers), len(self.layers)):
@@ -212,8 +227,6 @@ class KVCacheFinalRun:
                 started += new
             if pe is None:
                 pe = inner.rotary_emb(x, pos_ids)
-            cache.keys, cache.values = prefix[m]
-            cache.repeat = len(started)
             handle = None
             if new:  # the new units' rows are the last len(new) * b: their heads get the values
                 keep = masks[new][:, None, :, None]
@@ -229,7 +242,7 @@ class KVCacheFinalRun:
                 handle = self.layers[m].self_attn.o_proj.register_forward_pre_hook(edit)
             try:
                 x = self.layers[m](x, attention_mask=None, position_ids=pos_ids, position_embeddings=pe,
-                                   use_cache=True, **{self._cache_kw: cache})
+                                   use_cache=False, shared_prefix=prefix[m])
                 x = x[0] if isinstance(x, tuple) else x
             finally:
                 if handle is not None:
