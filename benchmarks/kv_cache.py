@@ -10,7 +10,7 @@ offline, `phaseinterp.backends.smollm2.load_smollm2`) and final-position inducti
 - `map_kv_cache`: `knockout_map` over every layer and KV head, method "auto" (the KV-cache path:
   one cached forward, then only the query position recomputed from the knocked-out layer up),
   given a precomputed calibration, with the bootstrap; `map_with_calibration` also runs the
-  calibration forward (a batch as large as the evaluated one);
+  calibration forward (`calibrate`, uncached; a batch as large as the evaluated one);
 - `full_forward_subset`: the old path (`method="hooks"`: its clean forward, then one full forward
   per unit, stacked into the batch) on `--subset` units; the projected full-map ratio is
   1 + (ratio - 1) * 90 / subset (the clean forward once, every unit's forward).
@@ -59,15 +59,17 @@ def bench(model, args: argparse.Namespace) -> dict:
     kw = dict(n_boot=args.n_boot, progress=False)
     runs = {
         "map_kv_cache": lambda: knockout_map(backend, batch, calib, **kw),
-        "map_with_calibration": lambda: knockout_map(backend, batch, calib_batch, **kw),
+        "map_with_calibration": lambda: knockout_map(backend, batch, calibrate(backend, calib_batch), **kw),
         "full_forward_subset": lambda: knockout_logits(backend, batch, subset, calib, method="hooks", progress=False),
     }
     seconds: dict[str, list[float]] = {k: [] for k in ["clean_forward", *runs]}
     ratios: dict[str, list[float]] = {k: [] for k in runs}
     with torch.no_grad():
         clean()  # warm up
-        for _ in range(args.repeats):
+        for r in range(args.repeats):
             for name, fn in runs.items():
+                if name == "full_forward_subset" and r >= args.subset_repeats:
+                    continue
                 t_clean, t = timed(clean), timed(fn)
                 seconds["clean_forward"].append(t_clean)
                 seconds[name].append(t)
@@ -102,7 +104,8 @@ def main() -> None:
     parser.add_argument("--modulus", type=int, default=8)
     parser.add_argument("--seq-len", type=int, nargs="+", default=[128, 256], help="one row of results per length")
     parser.add_argument("--subset", type=int, default=3, help="units timed on the full-forward path")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--subset-repeats", type=int, default=2, help="rounds that also time the full-forward subset")
     parser.add_argument("--n-boot", type=int, default=2000)
     parser.add_argument("--out", default="benchmarks/results/kv_cache.json")
     args = parser.parse_args()

@@ -7,7 +7,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from phaseinterp.backends import HFCausalLMBackend, KVCompression, Replace, Unit, compress_attention, smollm2_backend
 from phaseinterp.backends.kv_cache import kv_cache_fallback
@@ -29,6 +30,10 @@ def tiny(kind: str):
     torch.manual_seed(0)
     if kind == "llama":
         return _noisy(LlamaForCausalLM(LlamaConfig(**SIZES)))
+    if kind == "qwen2":  # biased q/k/v projections
+        return _noisy(Qwen2ForCausalLM(Qwen2Config(**SIZES)))
+    if kind == "mistral":
+        return _noisy(MistralForCausalLM(MistralConfig(**SIZES, sliding_window=None)))
     return _noisy(Qwen3ForCausalLM(Qwen3Config(**SIZES, head_dim=16)))
 
 
@@ -48,7 +53,7 @@ def task():
     return RecordLookup(vocab_size=128, n_records=6, n_demos=1)
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "qwen2", "mistral"])
 def test_kv_cache_knockout_equals_full_forwards(kind, task):
     model = tiny(kind)
     backend = HFCausalLMBackend(model)

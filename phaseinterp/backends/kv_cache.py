@@ -101,8 +101,6 @@ class KVCacheFinalRun:
         torch.Size([1, 8, 128])
     """
 
-    path = "kv_cache"
-
     def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> None:
         why = kv_cache_fallback(backend)
         if why is not None:
@@ -223,7 +221,7 @@ class KVCacheFinalRun:
             new = (start == m).nonzero()[:, 0].tolist()
             if new:
                 x_new = self._resid[m][rows.to(values.device)].expand(len(new), -1, -1).reshape(len(new) * b, 1, -1)
-                x = x_new if x is None else torch.cat([x, x_new])
+                x = x_new if x is None else torch.cat([x, x_new.to(x.device)])
                 started += new
             if pe is None:
                 pe = inner.rotary_emb(x, pos_ids)

@@ -4,7 +4,8 @@ accuracy change over (layer, unit, residue).
 
 One implementation for every model: it talks to a backend (`phaseinterp.backends`; our
 `HookedCompressedTransformer` behind `HookedBackend`: TransformerLens hooks, or the incremental
-final-position path; HuggingFace models behind their nnsight backends). Which implementation
+final-position path; HuggingFace models behind their nnsight backends, Llama / Qwen / Mistral
+decoders with a final-position path through the KV cache). Which implementation
 runs is the backend's method, never a branch here."""
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
 
     Returns:
         (clean [batch, vocab], knocked out [unit, batch, vocab], method used). Method
-        "incremental" recomputes only the final position (positions="final", our model without
-        hooks); "hooks" runs full forwards with the units stacked into the batch, `max_rows`
+        "incremental" recomputes only the final position (positions="final", without hooks: our
+        model, or a HF Llama / Qwen / Mistral decoder through its KV cache); "hooks" runs full forwards with the units stacked into the batch, `max_rows`
         rows each (TransformerLens hooks on our model, nnsight invokes on a backend); "auto"
         picks incremental when it applies. `progress`: a bar over the units (`phaseinterp.progress`).
     """
@@ -293,7 +294,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         positions: "final" (default), "all" or absolute positions.
         layers: layers to scan (default all).
         method: "auto", "incremental" (final position only, reuses the clean run; backends
-            with that path: `HookedBackend`) or "hooks" (full forwards; on the other backends always).
+            with that path: `HookedBackend`, and `HFCausalLMBackend` of Llama / Qwen / Mistral
+            decoders through the KV cache) or "hooks" (full forwards; on the other backends always,
+            the reason in `meta["intervention"]["fallback"]`).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also
             drives resampling.

@@ -110,9 +110,10 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
             for "resid": the sites, each "key", "value", "final" (per row) or an int
             (default ("key", "value", "final") when left at "final").
         layers: layers to scan (default all; compressed layers only for entries and gates).
-        method: "auto" (z / resid at the final position on our model reuse the corrupt run,
-            recomputing only that position; otherwise batched hook forwards), "incremental" or
-            "hooks" (always on backends without the final-position path).
+        method: "auto" (z / resid at the final position on our model, and z at the final
+            position on HF Llama / Qwen / Mistral decoders through the KV cache, reuse the corrupt
+            run, recomputing only that position; otherwise batched hook forwards), "incremental"
+            or "hooks" (always on backends without the final-position path).
         rel_min: for the normalized metric, residues whose mean clean-corrupt gap is under
             `rel_min` x the metric's scale (largest per-residue mean |logit difference| of clean,
             corrupt or their gap) are nan (masked with that reason when change="normalized").
