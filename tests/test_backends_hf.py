@@ -225,7 +225,12 @@ def test_knockout_and_patching_run_on_hf_models_through_the_same_call(which, dee
     units = head_units(backend.cfg, "kv_head")
     clean, ko, used = knockout_logits(model, batch, units, calib)
     mean_z = backend.head_outputs(calib.tokens, positions=calib.query_pos).mean(0)  # [layer, 1, head, d]
-    assert used == "hooks" and ko.shape == (len(units), len(batch), V)
+    assert used == ("hooks" if which == "deepseek" else "incremental") and ko.shape == (len(units), len(batch), V)
+    if which == "deepseek":  # no final-position path: a full forward per unit, and the map says why
+        assert kmap.meta["intervention"]["path"] == "full_forward"
+        assert "cannot be cut back to a query position" in kmap.meta["intervention"]["fallback"]
+    else:
+        assert kmap.meta["intervention"]["path"] == "kv_cache"
     for i in (0, len(units) - 1):
         u = units[i]
         edit = Replace(u, value=mean_z[u.layer][:, list(u.heads(backend.cfg))],
@@ -262,8 +267,9 @@ def test_bad_input_on_hf_models_names_the_value_and_the_range(qwen3):
     pair = mapping_swap(batch)
     with pytest.raises(ValueError, match=r"layer=2 is invalid: allowed 0\.\.1"):
         knockout_map(qwen3, batch, calib, layers=[2])
-    with pytest.raises(ValueError, match=r"method='incremental' needs .* on HFCausalLMBackend\(Qwen3ForCausalLM\)"):
-        knockout_map(qwen3, batch, calib, method="incremental")
+    with pytest.raises(ValueError, match=r"method='incremental' needs positions='final' .* got positions='all' on "
+                                         r"HFCausalLMBackend\(Qwen3ForCausalLM\)"):
+        knockout_map(qwen3, batch, calib, method="incremental", positions="all")
     with pytest.raises(ValueError, match=r"unit='resid' is invalid on HFCausalLMBackend\(Qwen3ForCausalLM\) .* "
                                          r"allowed \['z', 'entries', 'gates'\]"):
         activation_patching(qwen3, pair, unit="resid")

@@ -148,14 +148,15 @@ class Backend(TLCompat):
         return bool(self._active)
 
     def incremental_ok(self) -> bool:
-        """Whether `final_position_run` applies (no backend but `HookedBackend` has that path)."""
+        """Whether `final_position_run` applies (`HookedBackend`; `HFCausalLMBackend` through the KV cache)."""
         return False
 
     def final_position_run(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> Any:
         """The cached base run that recomputes only each row's query position after edits there
         (`backends.incremental.FinalPositionRun`), where the backend has one."""
         raise ValueError(f"the incremental final-position path is not available on {self.describe()}: allowed on "
-                         "HookedBackend without hooks attached (use method='hooks')")
+                         "HookedBackend and HFCausalLMBackend (Llama / Qwen / Mistral decoders, through the KV cache) "
+                         "without hooks attached (use method='hooks')")
 
     @contextmanager
     def cycled_gates(self, units: Sequence[Unit], delta: int, *, payload: bool = False) -> Iterator[None]:

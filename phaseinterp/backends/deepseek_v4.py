@@ -96,6 +96,12 @@ class DeepseekV4Backend(HFMixin, Backend):
         self.layer_types = types
         self._softmax_op: dict[int, str] = {}
 
+    def incremental_fallback(self) -> str:
+        """Why knockout and patching run one full forward per unit here (no final-position path)."""
+        return ("DeepSeek-V4's cache is sequential state (compressor buffers of unfinished windows, running "
+                "entries, the indexer's own compressor, sliding-window keys, hc_mult residual streams): it cannot "
+                "be cut back to a query position or repeated per unit, so each unit runs a full forward")
+
     def _compressed(self, layer: int) -> str:
         t = self.layer_types[layer]
         if self.cfg.layer_strides[layer] is None:

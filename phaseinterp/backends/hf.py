@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from phaseinterp.backends.base import Backend, Site, input_head_site
+from phaseinterp.backends.kv_cache import KVCacheFinalRun, kv_cache_fallback
 from phaseinterp.backends.units import BackendConfig
 
 LAYER_PATHS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
@@ -152,6 +153,21 @@ class HFCausalLMBackend(HFMixin, Backend):
         )
         super().__init__(model, cfg)
         self.prefill_chunk = self._check_chunk(prefill_chunk)
+
+    #: what `final_position_run` does, recorded in the maps' meta ("path")
+    incremental_path = "kv_cache"
+
+    def incremental_ok(self) -> bool:
+        """Whether knockout / patching at the final position run through the KV cache
+        (`backends.kv_cache`): Llama / Qwen / Mistral decoders without compression, outside `intervene`."""
+        return not self.has_hooks() and kv_cache_fallback(self) is None
+
+    def incremental_fallback(self) -> str | None:
+        """Why `incremental_ok` is False for this model (None when the KV-cache path applies)."""
+        return kv_cache_fallback(self)
+
+    def final_position_run(self, tokens: Tensor, query_pos: Tensor) -> KVCacheFinalRun:
+        return KVCacheFinalRun(self, tokens, query_pos)
 
     def _site(self, site: str, layer: int, branch: int) -> Site:
         attn = _get(_get(self.nn, self.layers_path)[layer], self.attn_name)

@@ -4,7 +4,8 @@ accuracy change over (layer, unit, residue).
 
 One implementation for every model: it talks to a backend (`phaseinterp.backends`; our
 `HookedCompressedTransformer` behind `HookedBackend`: TransformerLens hooks, or the incremental
-final-position path; HuggingFace models behind their nnsight backends). Which implementation
+final-position path; HuggingFace models behind their nnsight backends, Llama / Qwen / Mistral
+decoders with a final-position path through the KV cache). Which implementation
 runs is the backend's method, never a branch here."""
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
 
     Returns:
         (clean [batch, vocab], knocked out [unit, batch, vocab], method used). Method
-        "incremental" recomputes only the final position (positions="final", our model without
-        hooks); "hooks" runs full forwards with the units stacked into the batch, `max_rows`
+        "incremental" recomputes only the final position (positions="final", without hooks: our
+        model, or a HF Llama / Qwen / Mistral decoder through its KV cache); "hooks" runs full forwards with the units stacked into the batch, `max_rows`
         rows each (TransformerLens hooks on our model, nnsight invokes on a backend); "auto"
         picks incremental when it applies. `progress`: a bar over the units (`phaseinterp.progress`).
     """
@@ -137,6 +138,16 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
     every = list(range(len(units)))
     return clean, in_chunks(lambda s: run(every[s]), len(units), units_per_forward(batch, max_rows), progress=progress,
                             desc="knockout"), method
+
+
+def path_meta(model, method: str) -> dict:
+    """How a map's edited logits were computed, for its meta: "path" ("final_position": our model's
+    recomputation, "kv_cache": a HF decoder's cached prefix, "full_forward": one forward per unit),
+    and, where a backend could not take its final-position path, "fallback" saying why."""
+    if method == "incremental":
+        return {"path": getattr(model, "incremental_path", "final_position")}
+    why = getattr(model, "incremental_fallback", lambda: None)()
+    return {"path": "full_forward", **({} if why is None else {"fallback": why})}
 
 
 def units_per_forward(batch: PhaseBatch, max_rows: int) -> int:
@@ -163,8 +174,11 @@ def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibratio
     pos = check_positions(positions, T)
     can_fast = pos == "final" and model.incremental_ok()
     if method == "incremental" and not can_fast:
-        raise ValueError(f"method='incremental' needs positions='final' and our HookedCompressedTransformer without "
-                         f"hooks attached; got positions={positions!r} on {model.describe()} (allowed: method='hooks')")
+        why = getattr(model, "incremental_fallback", lambda: None)()
+        raise ValueError(f"method='incremental' needs positions='final' and a backend with the final-position path "
+                         f"(our HookedCompressedTransformer, or a HF Llama / Qwen / Mistral decoder through its KV "
+                         f"cache) without hooks attached; got positions={positions!r} on {model.describe()}"
+                         f"{'' if why is None else ': ' + why} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
     calib = _calibration(model, calibration, pos, replacement, max_rows)
     own = isinstance(calib, str)  # SELF: the batch calibrates itself, so its modulus and sites match
@@ -280,7 +294,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         positions: "final" (default), "all" or absolute positions.
         layers: layers to scan (default all).
         method: "auto", "incremental" (final position only, reuses the clean run; backends
-            with that path: `HookedBackend`) or "hooks" (full forwards; on the other backends always).
+            with that path: `HookedBackend`, and `HFCausalLMBackend` of Llama / Qwen / Mistral
+            decoders through the KV cache) or "hooks" (full forwards; on the other backends always,
+            the reason in `meta["intervention"]["fallback"]`).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also
             drives resampling.
@@ -356,7 +372,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         meta={"label": label, "masked": mask_note,
               "intervention": {"kind": "knockout", "level": level, "replacement": replacement, "change": change,
                                                "per_residue": per_residue, "positions": positions, "method": used,
-                                               "engine": model.engine},
+                                               "engine": model.engine, **path_meta(model, used)},
               "model": model_config(model), "task": batch.meta,
               "calibration": ({"kind": SELF, "rule": "leave-one-example-out mean of the evaluated batch"}
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.checks import check_at_least_one, check_position
-from phaseinterp.interventions.knockout import is_correct, knockout_edit, unit_axis, unit_coords
+from phaseinterp.interventions.knockout import is_correct, knockout_edit, path_meta, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import accuracy_change, by_residue
@@ -110,9 +110,10 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
             for "resid": the sites, each "key", "value", "final" (per row) or an int
             (default ("key", "value", "final") when left at "final").
         layers: layers to scan (default all; compressed layers only for entries and gates).
-        method: "auto" (z / resid at the final position on our model reuse the corrupt run,
-            recomputing only that position; otherwise batched hook forwards), "incremental" or
-            "hooks" (always on backends without the final-position path).
+        method: "auto" (z / resid at the final position on our model, and z at the final
+            position on HF Llama / Qwen / Mistral decoders through the KV cache, reuse the corrupt
+            run, recomputing only that position; otherwise batched hook forwards), "incremental"
+            or "hooks" (always on backends without the final-position path).
         rel_min: for the normalized metric, residues whose mean clean-corrupt gap is under
             `rel_min` x the metric's scale (largest per-residue mean |logit difference| of clean,
             corrupt or their gap) are nan (masked with that reason when change="normalized").
@@ -174,7 +175,7 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
     out = _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
                          {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
                           "positions": positions, "method": "incremental" if fast else "hooks",
-                          "engine": model.engine,
+                          "engine": model.engine, **path_meta(model, "incremental" if fast else "hooks"),
                           "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min, "change": change},
                          {"change": change, "n_boot": n_boot, "confidence": confidence, "seed": seed})
     if journal is not None:
@@ -233,9 +234,12 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
     fast_ok = model.incremental_ok() and ((unit == "z" and positions == "final")
                                          or (unit == "resid" and list(positions) == ["final"]))
     if method == "incremental" and not fast_ok:
+        why = getattr(model, "incremental_fallback", lambda: None)()
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
-                         f"the 'final' site only, on our HookedCompressedTransformer without hooks; got unit={unit!r}, "
-                         f"positions={positions!r} on {model.describe()} (allowed: method='hooks')")
+                         "the 'final' site only, on our HookedCompressedTransformer or (unit 'z') a HF Llama / Qwen / "
+                         f"Mistral decoder through its KV cache, without hooks; got unit={unit!r}, "
+                         f"positions={positions!r} on {model.describe()}{'' if why is None else ': ' + why} "
+                         "(allowed: method='hooks')")
     if unit == "z":
         check_level(level)
         check_positions(positions, T)

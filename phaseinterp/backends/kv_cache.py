@@ -1,0 +1,249 @@
+"""Final-position knockout and patching on HuggingFace decoders through the KV cache.
+
+A knockout or patch at the final (query) position t of a row edits the head outputs z at t only,
+so nothing at positions < t changes. One base forward with a KV cache keeps, per layer, the
+rotated keys and values of every position and, at t, the residual stream entering the layer and
+the head outputs. A unit edited at layer L then recomputes only position t, from layer L upward:
+it enters layer L with the base residual stream at t, its attention reads the cached keys and
+values of positions < t (repeated along the batch, one copy per unit: units never see each
+other) plus its own key and value at t, and its head outputs at layer L are replaced before the
+output projection. The layers below L are not rerun. All units of a chunk run as one batch of
+one-position forwards through the model's own decoder layers, norm and unembedding, so the result
+equals a full forward with the same edit (tested to 1e-4 on tiny random Llama and Qwen3).
+
+`HFCausalLMBackend.final_position_run` returns a `KVCacheFinalRun` where `kv_cache_fallback` finds
+nothing against it; otherwise knockout and patching maps fall back to one full forward per unit
+(`method="hooks"`) and record why in the map's meta (`kv_cache_fallback`'s sentence).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from phaseinterp.units import check_layers
+
+#: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
+#: decoders (RoPE from `model.model.rotary_emb`, `model.model.norm`, `lm_head` without soft-capping);
+#: others (Gemma's scaled embeddings and soft-capped logits, GPT-2's learned positions, ...) fall back.
+KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def kv_cache_fallback(backend: Any) -> str | None:
+    """Why the KV-cache path does not apply to `backend`'s model (a sentence), or None when it does."""
+    model = backend.model
+    hf = getattr(model, "config", None)
+    kind = getattr(hf, "model_type", None)
+    if kind not in KV_CACHE_FAMILIES:
+        return (f"model_type {kind!r} has no final-position KV-cache path: allowed {list(KV_CACHE_FAMILIES)} "
+                "(plain pre-norm RoPE decoders)")
+    inner = getattr(model, "model", None)
+    if (getattr(backend, "layers_path", None) != "model.layers" or getattr(backend, "attn_name", None) != "self_attn"
+            or getattr(backend, "out_name", None) != "o_proj"
+            or not all(hasattr(inner, a) for a in ("rotary_emb", "norm")) or not hasattr(model, "lm_head")):
+        return "the model is not laid out as model.model.layers[i].self_attn.o_proj with model.model.norm and lm_head"
+    from phaseinterp.backends.kv_compression import compressed_layers
+
+    wrapped = sorted(compressed_layers(model))
+    if wrapped:
+        return (f"layers {wrapped} run training-free KV compression (CompressedLlamaAttention), which reads full "
+                "sequences only and keeps no KV cache")
+    types = getattr(hf, "layer_types", None) or []
+    sliding = [i for i, t in enumerate(types) if t != "full_attention"]
+    if sliding or (getattr(hf, "sliding_window", None) is not None and getattr(hf, "use_sliding_window", True)
+                   and not types):
+        return (f"layers {sliding or 'all'} use sliding-window attention: one query over the cached prefix would "
+                "see keys the window hides")
+    return None
+
+
+ATTENTION = "phaseinterp_shared_prefix"
+
+
+def shared_prefix_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+                            scaling: float, dropout: float = 0.0, *, shared_prefix: tuple[Tensor, Tensor],
+                            **kwargs: Any) -> tuple[Tensor, None]:
+    """HF attention function (`AttentionInterface`) for one query position per row whose keys are a
+    prefix shared by every unit plus the row's own key: `query` [unit * b, H, 1, d], `key`, `value`
+    [unit * b, K, 1, d] (the new position only), `shared_prefix` the cached keys and values of
+    positions < t, [b, K, t, d] each. One softmax over prefix and own key, as the model's own
+    attention computes it; the prefix is read once for all units, never copied per unit."""
+    keys, values = shared_prefix
+    b, K, t, d = keys.shape
+    n, H = query.shape[:2]
+    q = query.view(n // b, b, K, H // K, d)
+    own_k, own_v = key.view(n // b, b, K, 1, d), value.view(n // b, b, K, 1, d)
+    scores = torch.cat([torch.einsum("ubkgd,bktd->ubkgt", q, keys), (q * own_k).sum(-1, keepdim=True)], -1)
+    p = (scores * scaling).softmax(-1, dtype=torch.float32).to(q.dtype)
+    out = torch.einsum("ubkgt,bktd->ubkgd", p[..., :t], values) + p[..., t:] * own_v
+    return out.reshape(n, 1, H, d), None
+
+
+class KVCacheFinalRun:
+    """The base run of a HF decoder, kept so that each row's query position can be recomputed after
+    edits of the head outputs there, for many units at once (the interface of
+    `backends.incremental.FinalPositionRun`: `logits`, `base_z`, `run_z`).
+
+    Args:
+        backend: an `HFCausalLMBackend` whose model passes `kv_cache_fallback`, without active edits.
+        tokens: [batch, pos] token ids. query_pos: [batch] the scored position of each row.
+
+    Attributes:
+        logits: base next-token logits at `query_pos`, [batch, vocab].
+
+    Example:
+        >>> run = backend.final_position_run(batch.tokens, batch.query_pos)  # one cached forward
+        >>> masks = torch.tensor([[True, True, False, False]])  # L1.KV0: heads 0, 1
+        >>> run.run_z([1], masks, torch.zeros(1, len(batch), 4, 16)).shape  # [unit, batch, vocab]
+        torch.Size([1, 8, 128])
+    """
+
+    def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> None:
+        why = kv_cache_fallback(backend)
+        if why is not None:
+            raise ValueError(f"the final-position KV-cache path is not available on {backend.describe()}: {why} "
+                             "(allowed: method='hooks')")
+        if backend.has_hooks():
+            raise ValueError("the final-position path ignores the edits of an enclosing intervene block: allowed "
+                             "outside it (or method='hooks')")
+        self.model, cfg = backend.model, backend.cfg
+        self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
+        self.layers = self.model.model.layers
+        tokens = backend._check_tokens(tokens)
+        T = tokens.shape[1]
+        query_pos = query_pos.to(tokens.device).long()
+        if query_pos.shape != (tokens.shape[0],) or ((query_pos < 0) | (query_pos >= T)).any():
+            raise ValueError(f"query_pos must hold one position in [0, {T - 1}] per row; got {query_pos.tolist()}")
+        self.tokens, self.query_pos = tokens, query_pos
+        self._base_run()
+
+    # ---- the base run ---------------------------------------------------------------------------
+    def _base_run(self) -> None:
+        rows = torch.arange(len(self.query_pos), device=self.tokens.device)
+        qpos = self.query_pos
+        n = len(self.layers)
+        resid: list[Tensor | None] = [None] * n
+        z: list[Tensor | None] = [None] * n
+
+        def keep_resid(m: int):
+            def hook(module, args, kwargs):
+                x = args[0] if args else kwargs["hidden_states"]
+                resid[m] = x[rows, qpos].detach()
+            return hook
+
+        def keep_z(m: int):
+            def hook(module, args):
+                z[m] = args[0][rows, qpos].detach().view(len(rows), self.n_heads, self.d_head)
+            return hook
+
+        handles = []
+        try:
+            for m, layer in enumerate(self.layers):
+                handles.append(layer.register_forward_pre_hook(keep_resid(m), with_kwargs=True))
+                handles.append(layer.self_attn.o_proj.register_forward_pre_hook(keep_z(m)))
+            with torch.no_grad():
+                out = self.model(input_ids=self.tokens, use_cache=True, logits_to_keep=qpos[:, None])
+        finally:
+            for h in handles:
+                h.remove()
+        self.logits = out.logits[:, 0]
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        kv = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache)
+        self._resid, self._z = resid, z
+        # rows sharing a query position t share one prefix (positions < t) per layer
+        self.groups = []
+        for t in torch.unique(qpos).tolist():
+            g_rows = (qpos == t).nonzero()[:, 0]
+            self.groups.append((int(t), g_rows, [(k[g_rows, :, :t], v[g_rows, :, :t]) for k, v in kv]))
+
+    def base_z(self, layer: int) -> Float[Tensor, "batch head d_head"]:
+        """Base head outputs of `layer` at each row's query position."""
+        return self._z[layer]
+
+    def base_resid(self, layer: int) -> Float[Tensor, "batch d_model"]:
+        """Base residual stream entering `layer` at each row's query position."""
+        return self._resid[layer]
+
+    # ---- recomputation --------------------------------------------------------------------------
+    def run_z(self, layers: Sequence[int], masks: Bool[Tensor, "unit head"],
+              values: Float[Tensor, "unit batch head d_head"], *, max_rows: int = 8192
+              ) -> Float[Tensor, "unit batch vocab"]:
+        """Logits at the query positions when unit u sets `z[:, t, masks[u]]` of layer `layers[u]`
+        to `values[u][:, masks[u]]` (the other heads keep their base output); at most `max_rows`
+        one-position rows per layer call."""
+        layers = list(layers)
+        if len(layers) != values.shape[0] or masks.shape != (len(layers), self.n_heads):
+            raise ValueError(f"{len(layers)} layers for {values.shape[0]} units of values and masks of shape "
+                             f"{tuple(masks.shape)} (allowed: one layer, one [{self.n_heads}] head mask per unit)")
+        check_layers(layers, len(self.layers))
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+            raise ValueError(f"max_rows={max_rows!r} out of range: must be an integer >= 1")
+        values = values.to(self.logits.device, self.logits.dtype)
+        masks = masks.to(self.logits.device)
+        out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
+        from transformers import AttentionInterface
+
+        config, attention = self.model.config, self.model.config._attn_implementation
+        AttentionInterface.register(ATTENTION, shared_prefix_attention)
+        config._attn_implementation = ATTENTION  # for this call only: every layer reads the config per forward
+        try:
+            self._run_groups(layers, masks, values, max_rows, out)
+        finally:
+            config._attn_implementation = attention
+        return out
+
+    def _run_groups(self, layers: list[int], masks: Tensor, values: Tensor, max_rows: int, out: Tensor) -> None:
+        with torch.no_grad():
+            for t, rows, prefix in self.groups:
+                per = max(1, max_rows // len(rows))
+                for s in range(0, len(layers), per):
+                    sl = slice(s, s + per)
+                    out[sl, rows.to(out.device)] = self._run_group(t, rows, prefix, layers[sl], masks[sl],
+                                                                  values[sl][:, rows])
+
+    def run_resid(self, layers: Sequence[int], values: Tensor, *, max_rows: int = 8192) -> Tensor:
+        raise ValueError("residual-stream patching is not available on HF backends (no hook_resid_pre site): "
+                         "allowed unit='z'")
+
+    def _run_group(self, t: int, rows: Tensor, prefix: list[tuple[Tensor, Tensor]], layers: list[int],
+                   masks: Tensor, values: Float[Tensor, "unit row head d_head"]) -> Tensor:
+        inner = self.model.model
+        b = len(rows)
+        start = torch.tensor(layers)
+        x = None  # [started units * b, 1, d_model], unit-major
+        started: list[int] = []
+        pos_ids = torch.full((1, 1), t, device=values.device)
+        pe = None
+        for m in range(min(layers), len(self.layers)):
+            new = (start == m).nonzero()[:, 0].tolist()
+            if new:
+                x_new = self._resid[m][rows.to(values.device)].expand(len(new), -1, -1).reshape(len(new) * b, 1, -1)
+                x = x_new if x is None else torch.cat([x, x_new.to(x.device)])
+                started += new
+            if pe is None:
+                pe = inner.rotary_emb(x, pos_ids)
+            handle = None
+            if new:  # the new units' rows are the last len(new) * b: their heads get the values
+                keep = masks[new][:, None, :, None]
+                repl = values[new]
+                n_new = len(new)
+
+                def edit(module, args, keep=keep, repl=repl, n_new=n_new):
+                    z = args[0]
+                    tail = z[-n_new * b:].view(n_new, b, self.n_heads, self.d_head)
+                    tail = torch.where(keep, repl, tail).view(n_new * b, *z.shape[1:])
+                    return (torch.cat([z[: -n_new * b], tail]), *args[1:])
+
+                handle = self.layers[m].self_attn.o_proj.register_forward_pre_hook(edit)
+            try:
+                x = self.layers[m](x, attention_mask=None, position_ids=pos_ids, position_embeddings=pe,
+                                   use_cache=False, shared_prefix=prefix[m])
+                x = x[0] if isinstance(x, tuple) else x
+            finally:
+                if handle is not None:
+                    handle.remove()
+        logits = self.model.lm_head(inner.norm(x))[:, 0].view(len(started), b, -1)
+        return logits[torch.argsort(torch.tensor(started))]
