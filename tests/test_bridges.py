@@ -112,6 +112,11 @@ def test_same_knockout_map_and_logits(models, batches):
         warnings.simplefilter("ignore")  # random weights: some units change nothing at some residues
         maps = [knockout_map(m, batch, calib, n_boot=20, progress=False) for m in (raw, bridge, lm)]
     assert np.abs(np.nan_to_num(maps[0].values)).max() > 0
+    # the bridge's components replace HF's layers: its map runs full forwards, and says why
+    path = maps[1].meta["intervention"]
+    assert path["path"] == "full_forward" and path.get("fallback"), path
+    if maps[0].meta["intervention"]["path"] == "kv_cache":  # Qwen3: only the bridge falls back
+        assert "bridge" in path["fallback"], path
     units = backend_for(raw).units("kv_head")
     ref_clean, ref_ko, _ = knockout_logits(raw, batch, units, calib)
     for m, wrapper in zip(maps[1:], (bridge, lm)):

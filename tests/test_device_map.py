@@ -60,6 +60,8 @@ def test_sweep_and_knockout_map_equal_the_undispatched_model(pair):
         maps = [knockout_map(m, batch, calib, n_boot=20, progress=False) for m in (raw, dispatched)]
     assert np.abs(np.nan_to_num(maps[0].values)).max() > 0
     np.testing.assert_allclose(maps[1].values, maps[0].values, atol=1e-5, equal_nan=True)
+    # the dispatched model keeps its own path (Qwen3: the KV cache; DeepSeek-V4: full forwards)
+    assert maps[1].meta["intervention"]["path"] == maps[0].meta["intervention"]["path"]
     units = backend_for(raw).units("kv_head")
     for a, b in zip(knockout_logits(raw, batch, units, calib)[:2], knockout_logits(dispatched, batch, units, calib)[:2]):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)

@@ -51,6 +51,12 @@ def kv_cache_fallback(backend: Any) -> str | None:
     if wrapped:
         return (f"layers {wrapped} run training-free KV compression (CompressedLlamaAttention), which reads full "
                 "sequences only and keeps no KV cache")
+    # a TransformerLens bridge swaps HF's submodules for its components: the path calls HF's own layers
+    foreign = sorted({f"{type(m).__module__}.{type(m).__name__}" for layer in inner.layers
+                      for m in (layer, layer.self_attn) if not type(m).__module__.startswith("transformers.")})
+    if foreign:
+        return (f"the decoder layers hold modules that are not transformers' own ({', '.join(foreign[:2])}; e.g. a "
+                "TransformerLens bridge's components), which the path cannot call with a shared cache")
     types = getattr(hf, "layer_types", None) or []
     sliding = [i for i, t in enumerate(types) if t != "full_attention"]
     if sliding or (getattr(hf, "sliding_window", None) is not None and getattr(hf, "use_sliding_window", True)
