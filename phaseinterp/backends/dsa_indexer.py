@@ -108,15 +108,6 @@ def attention_modules(hf_model: torch.nn.Module) -> list[torch.nn.Module]:
     return [layer.self_attn for layer in hf_model.model.layers]
 
 
-def indexer_of(hf_model: torch.nn.Module, layer: int) -> torch.nn.Module:
-    """The indexer that selects for `layer` (GLM-MoE-DSA's "shared" layers reuse the previous full one's)."""
-    attns = attention_modules(hf_model)
-    for i in range(layer, -1, -1):
-        if getattr(attns[i], "indexer", None) is not None:
-            return attns[i].indexer
-    raise ValueError(f"layer {layer} has no indexer at or before it")
-
-
 #: an edit of one layer's selection: (indices [b, q, k], scores [b, q, key], attention mask) -> new indices
 SelectionEdit = Callable[[Tensor, Tensor, Tensor], Tensor]
 
@@ -247,4 +238,4 @@ def distill_indexer(hf_model: torch.nn.Module, weight: float = DISTILL_WEIGHT) -
 
 
 __all__ = ["DISTILL_WEIGHT", "SelectionEdit", "additive", "attention_modules", "distill_indexer", "indexer_hooks", "indexer_kl",
-           "indexer_of", "indexer_scores", "indices_of", "selection_mask", "visible"]
+           "indexer_scores", "indices_of", "selection_mask", "visible"]
