@@ -11,7 +11,8 @@ the permutation tests and the spectral share of `phaseinterp.measure` (`PhaseCur
 - selection read-out at the query position, per layer: is the needle's value token selected (and the key
   token)? The outcome per row is a curve like accuracy. And which source positions are selected: the
   selection rate of all visible tokens by their own position mod 8 (rows are the (prompt, token) pairs,
-  clustered by example);
+  clustered by example; the query is the last position of every row, so this is also the distance from
+  the query mod 8);
 - selection knockouts (prefix padding): the value token removed from the query's selection in every
   layer (its place refilled by the next-ranked token, `drop_keys(replace=True)`), and the indexer knocked
   out (every query keeps its 16 most recent tokens, `recent_keys`); accuracy curves and the paired
@@ -35,7 +36,11 @@ import numpy as np
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULUS = 8
+#: residues mod R = 8, the S of the compressed zoo. Not 16 (two periods, which the spectral share and the
+#: periodicity test need): the 64-token training rows cannot place the needle at 16 residues, and longer
+#: rows change what a top-16 selection keeps (16 of 88 tokens instead of 16 of 64). Any phase effect mod 8
+#: is a weak spot with a period dividing 8; the dominant period names it.
+MODULUS, PERIOD = 8, None
 PROTOCOLS = ("prefix", "insequence")
 BEGIN, END = "<!-- dsa-results: rendered by python -m experiments.dsa.study -->", "<!-- /dsa-results -->"
 DEFAULTS = {"n_per_residue": 128, "n_boot": 2000, "n_perm": 2000}
@@ -49,7 +54,7 @@ def _curve(correct, residue, example_id, n_boot: int, n_perm: int, label: str) -
     from phaseinterp.measure import PhaseCurve, dominant_period
 
     c = PhaseCurve.from_correct(np.asarray(correct, bool), residue=np.asarray(residue), example_id=np.asarray(example_id),
-                                modulus=MODULUS, period=MODULUS, n_boot=n_boot, n_perm=n_perm, label=label)
+                                modulus=MODULUS, period=PERIOD, n_boot=n_boot, n_perm=n_perm, label=label)
     s = c.summary()
     return {"mean": s["mean"], "mean_ci": list(s["mean_interval"]), "best": s["best"], "worst": s["worst"],
             "gap_pp": s["gap_pp"], "gap_heldout_pp": s["gap_heldout_pp"], "gap_ci_pp": list(s["gap_interval_pp"]),
@@ -165,7 +170,7 @@ def _ci(c: dict) -> str:
 
 def _row(label: str, c: dict, extra: str = "") -> str:
     return (f"| {label} | {_ci(c)} | {gap_text(c['gap_pp'], c['gap_heldout_pp'], c['gap_ci_pp'])} | "
-            f"{c['p_phase']:.3f} | {c['spectral_share']:.2f} | {c['verdict']} | {_pct(c['rate'])} |{extra}")
+            f"{c['p_phase']:.3f} | {c['verdict']} | {c['dominant_period'] or '-'} | {_pct(c['rate'])} |{extra}")
 
 
 def learned(r: dict) -> bool:
@@ -173,13 +178,21 @@ def learned(r: dict) -> bool:
 
 
 def markdown(data: dict) -> str:
-    head = ("| measurement | mean % [95% CI] | " + GAP_HEADER + " | p (phase) | spectral share at 8 | verdict | "
-            "% by residue 0-7 |\n|---|---|---|---|---|---|---|")
+    R = data["settings"]["modulus"]
+    head = (f"| measurement | mean % [95% CI] | {GAP_HEADER} | p (phase) | verdict | dominant period | "
+            f"% by residue 0-{R - 1} |\n|---|---|---|---|---|---|---|")
     lines = ["# DeepSeek Sparse Attention: phase curves, indexer selection and selection knockouts", "",
              f"Written by `{data['command']}` from the checkpoints `python -m experiments.dsa.train` ships "
-             "(assets/checkpoints/dsa). Residue: the needle key's position mod 8. "
+             f"(assets/checkpoints/dsa). Residue: the needle key's position mod {R} (the rows of the models' training "
+             "length cannot place it at two periods of residues, which the periodicity test and the spectral share "
+             "need: a phase effect is any difference between residues; dominant period: the smallest d < 8 whose "
+             "harmonics carry 90% of the curve's variance, `phaseinterp.measure.dominant_period`, '-' when the curve "
+             "is flat or none does). "
              f"{data['settings']['n_per_residue']} examples per residue, {data['settings']['n_boot']} bootstrap "
-             f"replicates, {data['settings']['n_perm']} permutations. " + GAP_NOTE, ""]
+             f"replicates, {data['settings']['n_perm']} permutations. " + GAP_NOTE + " The selection rows are at the "
+             "query position (the last token of every row); \"by its position\" counts every visible token, so its "
+             f"residue is also the token's distance from the query mod {R}, and records alternate key and value "
+             "tokens: a preference for one role shows there as an alternation with period 2.", ""]
     for r in data["results"]:
         lines += [f"## {r['model']} (seed {r['seed']})", "",
                   f"{r['steps']} steps, {r['cpu_time_s']:.0f} s CPU, final loss {r['final_loss']:.3f}, "
@@ -189,7 +202,7 @@ def markdown(data: dict) -> str:
         for s in r["selection"]:
             lines += [_row(f"L{s['layer']}: value token selected at the query", s["value_selected"]),
                       _row(f"L{s['layer']}: key token selected at the query", s["key_selected"]),
-                      _row(f"L{s['layer']}: any visible token selected, by its position mod 8", s["by_source_position"])]
+                      _row(f"L{s['layer']}: any visible token selected, by its position mod {R}", s["by_source_position"])]
         lines += [_row(f"accuracy, {name}", c) for name, c in r["knockouts"].items()]
         lines += ["", "| knockout (prefix padding, every indexer layer) | accuracy change pp [95% CI] |", "|---|---|"]
         lines += [f"| {name} | {c['difference']['pp']:.1f} [{c['difference']['lo']:.1f}, {c['difference']['hi']:.1f}] |"
@@ -218,7 +231,7 @@ def answer(data: dict) -> str:
     flat = [r["curves"][p]["p_phase"] >= 0.05 for r in data["results"] for p in PROTOCOLS]
     verdict = ("No periodic weak spot was detected in any seed or padding protocol." if all(flat) else
                f"A phase effect was detected in {len(flat) - sum(flat)} of {len(flat)} (seed, protocol) curves; "
-               "see the table for whether it is periodic in 8.")
+               "its dominant period is in the table.")
     return verdict + " " + " ".join(parts)
 
 
@@ -265,10 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     cards = sorted(args.checkpoints.glob("*.json"))
     if not cards:
         raise ValueError(f"no DSA checkpoint cards (*.json) in {str(args.checkpoints)!r}: run python -m experiments.dsa.train")
-    settings = {"n_per_residue": args.n_per_residue, "n_boot": args.n_boot, "n_perm": args.n_perm, "modulus": MODULUS}
+    settings = {"n_per_residue": args.n_per_residue, "n_boot": args.n_boot, "n_perm": args.n_perm, "modulus": MODULUS,
+                "period": PERIOD}
     default = args.checkpoints == ROOT / "assets" / "checkpoints" / "dsa"
     command = "python -m experiments.dsa.study" + ("" if default else f" --checkpoints {args.checkpoints}")
-    results = [study_checkpoint(c, **{k: v for k, v in settings.items() if k != "modulus"}) for c in cards]
+    results = [study_checkpoint(c, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm) for c in cards]
     data = {"command": command, "settings": settings, "versions": versions(), "results": results}
     write(data, args.out, args.docs if default else None)
     return 0

@@ -21,11 +21,15 @@ they are removed on leaving the block.
 Example:
     >>> from phaseinterp.families.dsa import tiny_dsa_spec
     >>> backend = DSABackend(tiny_dsa_spec().build(seed=0).hf)
+    >>> tokens = torch.randint(1, 256, (2, 48), generator=torch.Generator().manual_seed(0))
     >>> read = backend.read_indexer(tokens)              # {layer: {"scores", "selected", "indices"}}
-    >>> read[1]["selected"].sum(-1)[0, -1]               # the last query attends to index_topk keys
-    tensor(16)
-    >>> with backend.selecting({1: drop_keys(needle_mask)}):
-    ...     knocked = backend.final_logits(tokens, query_pos)
+    >>> sorted(read), int(read[1]["selected"][0, -1].sum())   # the last query attends to index_topk keys
+    ([0, 1], 16)
+    >>> needle = torch.zeros(2, 48, dtype=torch.bool)
+    >>> needle[:, 20] = True
+    >>> with backend.selecting({1: drop_keys(needle)}):  # every call inside runs with the edit
+    ...     bool(backend.read_indexer(tokens)[1]["selected"][:, :, 20].any())
+    False
 """
 
 from __future__ import annotations
