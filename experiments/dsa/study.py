@@ -164,6 +164,10 @@ def _pct(xs) -> str:
     return " ".join(f"{100 * x:.0f}" for x in xs)
 
 
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
+
+
 def _ci(c: dict) -> str:
     return f"{100 * c['mean']:.1f} [{100 * c['mean_ci'][0]:.1f}, {100 * c['mean_ci'][1]:.1f}]"
 
@@ -222,16 +226,27 @@ def answer(data: dict) -> str:
         state = "learned the lookup" if learned(r) else "did not learn the lookup (best residue below 80%)"
         parts.append(
             f"Seed {r['seed']} ({r['model']}) {state}: accuracy {_ci(c)}%, gap "
-            f"{gap_text(c['gap_pp'], c['gap_heldout_pp'], c['gap_ci_pp'])} pp, permutation p = {c['p_phase']:.3f} "
-            f"({c['verdict']}); in-sequence padding p = {r['curves']['insequence']['p_phase']:.3f} "
+            f"{gap_text(c['gap_pp'], c['gap_heldout_pp'], c['gap_ci_pp'])} pp, permutation p {_p(c['p_phase'])} "
+            f"({c['verdict']}); in-sequence padding p {_p(r['curves']['insequence']['p_phase'])} "
             f"({r['curves']['insequence']['verdict']}). The query selects the needle's value token in "
-            + ", ".join(f"layer {s['layer']} {_ci(v)}% of rows (p = {v['p_phase']:.3f}, {v['verdict']})"
+            + ", ".join(f"layer {s['layer']} {_ci(v)}% of rows (p {_p(v['p_phase'])}, {v['verdict']})"
                         for s, v in zip(r["selection"], sel))
-            + f"; removing it from the selection changes accuracy by {ko['pp']:.1f} pp [{ko['lo']:.1f}, {ko['hi']:.1f}].")
+            + f"; removing it from the selection changes accuracy by {ko['pp']:.1f} pp [{ko['lo']:.1f}, {ko['hi']:.1f}]. "
+            "Over all visible tokens, the selection rate by the token's own position mod 8 is "
+            + "; ".join(f"{_pct(s['by_source_position']['rate'])}% in layer {s['layer']} (p "
+                        f"{_p(s['by_source_position']['p_phase'])})" for s in r["selection"]) + ".")
     flat = [r["curves"][p]["p_phase"] >= 0.05 for r in data["results"] for p in PROTOCOLS]
-    verdict = ("No periodic weak spot was detected in any seed or padding protocol." if all(flat) else
+    n_learned = sum(learned(r) for r in data["results"])
+    verdict = ("No phase effect (weak spot) was detected in any seed or padding protocol." if all(flat) else
                f"A phase effect was detected in {len(flat) - sum(flat)} of {len(flat)} (seed, protocol) curves; "
                "its dominant period is in the table.")
+    if n_learned == 0:
+        verdict += (f" But none of the {len(data['results'])} seeds learned the far lookup (best residue below 80%; "
+                    "a model that only excludes the demonstrated values scores 25% on this task), so flat accuracy "
+                    "curves are weak evidence: a model that fails at every residue has no weak residue to show. "
+                    "The selection read-outs and knockouts that follow do not depend on that.")
+    elif n_learned < len(data["results"]):
+        verdict += f" {n_learned} of {len(data['results'])} seeds learned the far lookup (best residue at least 80%)."
     return verdict + " " + " ".join(parts)
 
 
