@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                 "period": PERIOD}
     default = args.checkpoints == ROOT / "assets" / "checkpoints" / "dsa"
     command = "python -m experiments.dsa.study" + ("" if default else f" --checkpoints {args.checkpoints}")
-    results = [study_checkpoint(c, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm) for c in cards]
+    results = sorted((study_checkpoint(c, n_per_residue=args.n_per_residue, n_boot=args.n_boot, n_perm=args.n_perm)
+                      for c in cards), key=lambda r: r["seed"])
     data = {"command": command, "settings": settings, "versions": versions(), "results": results}
     write(data, args.out, args.docs if default else None)
     return 0
