@@ -20,7 +20,6 @@ T = 48
 
 
 def _model(model_type="deepseek_v32", seed=0, **changes):
-    torch.manual_seed(0)
     hf = tiny_dsa_spec(128, model_type=model_type, n_ctx=64, **changes).build(seed=seed).hf.eval()
     with torch.no_grad():  # a random init at initializer_range 0.02 ranks keys by rounding noise: spread it
         for name, p in hf.named_parameters():
