@@ -137,6 +137,8 @@ def describe_config(card: dict) -> str:
     if "hf_config" in cfg:
         hf = cfg["hf_config"]
         kinds = ", ".join(f"{t} (rate {hf.get('compress_rates', {}).get(t, '?')})" for t in hf.get("layer_types") or [])
+        if "index_topk" in hf and not hf.get("compress_rates"):  # DSA: token selection, no compressor rates
+            kinds = f"DeepSeek Sparse Attention, top-{hf['index_topk']} tokens per query"
         parts = [f"HF {cfg.get('architecture')}", f"{hf.get('num_hidden_layers')} layers" + (f" ({kinds})" if kinds else ""),
                  f"hidden {hf.get('hidden_size')}", params]
     elif cfg.get("arch") == "nsa":

@@ -50,6 +50,8 @@ class ModelFamily:
         hf_model_type: a HuggingFace `model_type` whose configs this family describes (HF flavours).
         layer_strides: `(hf config) -> per-layer compressor stride or None` of that model type.
         describe: `(hf config dict) -> str`, a one-line description of that model type's schedule.
+        on_wrap: `(hf model) -> None`, called when the trainer's `HFCausalLM` wraps a model of that
+            model type (DSA: the indexer's training loss hooks).
     """
 
     name: str
@@ -69,6 +71,7 @@ class ModelFamily:
     hf_model_type: str | None = None
     layer_strides: Callable[[Any], tuple[int | None, ...]] | None = None
     describe: Callable[[dict], str] | None = None
+    on_wrap: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

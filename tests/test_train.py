@@ -283,7 +283,7 @@ def test_shipped_checkpoints_load_match_their_cards_and_recipes():
     from phaseinterp.families import config_from_dict as model_config_from_dict
 
     folder = Path(__file__).resolve().parents[1] / "assets" / "checkpoints"
-    cards = sorted(folder.glob("*.json"))
+    cards = sorted(folder.glob("*.json")) + sorted((folder / "dsa").glob("*.json"))  # DSA: docs/dsa.md
     if not cards:
         pytest.skip("no shipped checkpoints")
     assert {c.stem for c in cards} == set(RECIPES)

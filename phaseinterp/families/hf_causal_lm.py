@@ -212,6 +212,9 @@ class HFCausalLM(torch.nn.Module):
                 torch.manual_seed(seed)
                 hf_model = spec.model_class()(spec.hf_config_object())
         self.hf = hf_model
+        flavour = hf_flavour(spec.hf_config["model_type"])
+        if flavour is not None and flavour.on_wrap is not None:
+            flavour.on_wrap(hf_model)
 
     def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
         """Next-token logits at every position (one full forward, no KV cache)."""

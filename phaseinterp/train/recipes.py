@@ -19,6 +19,7 @@ from typing import Callable
 
 from phaseinterp.config import ModelConfig
 from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec
+from phaseinterp.families.dsa import tiny_dsa_spec
 from phaseinterp.families.hf_causal_lm import HFModelSpec
 from phaseinterp.presets import preset
 from phaseinterp.train.config import TrainConfig
@@ -79,6 +80,19 @@ def _hf_deepseek_v4() -> tuple[HFModelSpec, TrainConfig]:
 #: mixture and optimizer: the effect in the real DeepSeek-V4 code. Long schedule: after 2000 steps
 #: it had 18% on the far lookup (34% after 4000); ~0.45 s of CPU per step, 4x our models.
 RECIPES["hf-deepseek-v4"] = _hf_deepseek_v4
+
+
+
+def _hf_deepseek_v32(seed: int = 0) -> tuple[HFModelSpec, TrainConfig]:
+    return tiny_dsa_spec(VOCAB), TRAIN.replace(seed=seed)
+
+
+#: A tiny HuggingFace DeepseekV32ForCausalLM (DeepSeek Sparse Attention: each query attends to the 16 of
+#: its up to 64 tokens its lightning indexer ranks highest; `phaseinterp.families.dsa.tiny_dsa_spec`),
+#: the indexer distilled from the main attention (`backends.dsa_indexer`), on the same mixture, optimizer
+#: and 2000-step schedule as our models (0.17 s of CPU per step); two seeds (docs/dsa.md).
+RECIPES["hf-deepseek-v32"] = _hf_deepseek_v32
+RECIPES["hf-deepseek-v32-seed1"] = lambda: _hf_deepseek_v32(1)
 
 #: The run that also ships its intermediate checkpoints (gate dynamics).
 INTERMEDIATE = "w4s4"
