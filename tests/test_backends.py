@@ -283,8 +283,8 @@ def test_bad_input_to_the_one_api_names_the_value_and_the_range(model):
     T = batch.tokens.shape[1]
     with pytest.raises(ValueError, match=r"model of type str is invalid: allowed a phaseinterp.backends Backend or a model of a registered family"):
         knockout_map("w4s4", batch, calib)
-    with pytest.raises(ValueError, match=r"method='incremental' needs positions='final' and our "
-                                         r"HookedCompressedTransformer .* on HookedNNsightBackend"):
+    with pytest.raises(ValueError, match=r"method='incremental' needs positions='final' and a backend with the final-position path "
+                                         r".* on HookedNNsightBackend"):
         knockout_map(b, batch, calib, method="incremental")
     with pytest.raises(ValueError, match=r"layer=3 is invalid: allowed 0\.\.2"):
         knockout_map(b, batch, calib, layers=[3])

@@ -245,3 +245,9 @@ def test_a_card_that_contradicts_its_weights_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"describes another model than .*: model_config differs from the checkpoint's "
                                          r"config in \['d_head', 'n_kv_heads'\]"):
         phaseinterp.load(tmp_path / "w4s4.safetensors")
+
+
+def test_a_huge_synthetic_vocabulary_is_refused_before_it_is_built():
+    # the pools hold every id: 10**12 ids used to exhaust memory (an OOM kill, not an error)
+    with pytest.raises(ValueError, match=r"vocab_size=1000000000000 is invalid: allowed an integer in \[8, 16777216\]"):
+        RecordLookup(vocab_size=10**12, n_records=8, n_demos=2)

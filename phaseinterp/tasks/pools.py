@@ -7,6 +7,9 @@ from typing import Sequence
 
 import numpy as np
 
+#: Largest synthetic vocabulary: the pools hold every id (a huge size would exhaust memory, not fail).
+MAX_SYNTHETIC_VOCAB = 2**24
+
 
 @dataclass(frozen=True)
 class TokenPools:
@@ -71,20 +74,23 @@ class TokenPools:
         between keys (first half) and values (second half).
 
         Args:
-            vocab_size: model vocabulary size, at least 8.
+            vocab_size: model vocabulary size, 8 to `MAX_SYNTHETIC_VOCAB` (2^24: every id is held in
+                memory; real vocabularies are far smaller).
             bos_id: id of the BOS token, in [0, vocab_size).
             filler_fraction: share of non-BOS ids used as filler, in (0, 0.5].
 
         Raises:
             ValueError: on a vocabulary too small or parameters out of range.
         """
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 8:
-            raise ValueError(f"vocab_size={vocab_size!r} is invalid: allowed an integer >= 8")
+        if (isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer))
+                or not 8 <= vocab_size <= MAX_SYNTHETIC_VOCAB):
+            raise ValueError(f"vocab_size={vocab_size!r} is invalid: allowed an integer in [8, {MAX_SYNTHETIC_VOCAB}] "
+                             "(the pools hold every id)")
         if not 0 <= bos_id < vocab_size:
             raise ValueError(f"bos_id={bos_id} out of range [0, {vocab_size})")
         if not 0 < filler_fraction <= 0.5:
             raise ValueError(f"filler_fraction={filler_fraction} out of range (0, 0.5]")
-        ids = np.array([i for i in range(vocab_size) if i != bos_id], dtype=np.int64)
+        ids = np.delete(np.arange(vocab_size, dtype=np.int64), bos_id)
         n_fill = max(1, int(filler_fraction * len(ids)))
         rest, filler = ids[:-n_fill], ids[-n_fill:]
         half = len(rest) // 2
