@@ -56,10 +56,16 @@ class SettingJournals:
     for bit. `taken` / `units` count the minibatches read back / seen by this object.
 
     Example:
-        >>> journals = SettingJournals("work/smollm2-journal", model)
-        >>> clean = induction_correct(model, batch, resume=journals)
+        >>> from phaseinterp.backends.tiny import tiny_qwen3
+        >>> from phaseinterp.tasks.induction import induction_batch
+        >>> llm, prompts = tiny_qwen3(seed=0), induction_batch(8, 12, 2, vocab=(4, 512))  # 88 rows, 44 per forward
+        >>> journals = SettingJournals("work/journal", llm)
+        >>> clean = induction_correct(llm, prompts, resume=journals)
         >>> journals.taken, journals.units  # a fresh journal: nothing read back
-        (0, 4)
+        (0, 2)
+        >>> again = SettingJournals("work/journal", llm)  # a later run takes both minibatches back
+        >>> bool((induction_correct(llm, prompts, resume=again) == clean).all()), again.taken
+        (True, 2)
     """
 
     def __init__(self, root: str | Path, model: torch.nn.Module) -> None:

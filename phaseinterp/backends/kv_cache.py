@@ -101,10 +101,13 @@ class KVCacheFinalRun:
         logits: base next-token logits at `query_pos`, [batch, vocab].
 
     Example:
-        >>> run = backend.final_position_run(batch.tokens, batch.query_pos)  # one cached forward
+        >>> from phaseinterp.backends.hf import HFCausalLMBackend
+        >>> from phaseinterp.backends.tiny import tiny_qwen3
+        >>> qwen = HFCausalLMBackend(tiny_qwen3(seed=0))  # 4 query heads over 2 KV heads, d_head 16
+        >>> run = qwen.final_position_run(batch.tokens, batch.query_pos)  # one cached forward
         >>> masks = torch.tensor([[True, True, False, False]])  # L1.KV0: heads 0, 1
         >>> run.run_z([1], masks, torch.zeros(1, len(batch), 4, 16)).shape  # [unit, batch, vocab]
-        torch.Size([1, 8, 128])
+        torch.Size([1, 8, 512])
     """
 
     def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> None:
