@@ -52,7 +52,7 @@ def test_claim1_counts_and_names_the_permutation_exceptions(data):
     c = claim_checks.claim1(data)
     zoo = next(f for f in c.findings if f.startswith("zoo:"))
     # zoo, zoo-seeds and the control's harder task (its members labelled apart)
-    assert "67 curves" in zoo and "62 of 67 curves have dominant period S" in zoo and "52 of 67" in zoo
+    assert "73 curves" in zoo and "67 of 73 curves have dominant period S" in zoo and "56 of 73" in zoo
     for name in ("zoo-w12s12-s1 prefix", "zoo-w16s16-s3 insequence", "zoo-w16s8-s2 insequence", "zoo-w4s4-s2 prefix",
                  "zoo-w8s8-uniform-s3 prefix"):
         assert any(e.startswith(name) for e in c.exceptions), name
@@ -204,7 +204,7 @@ def test_numbers_come_from_the_files(tmp_path):
             r["verdict"] = "phase effect, consistent with period 12"
     path.write_text(json.dumps(zoo))
     page = claims.render(claims.load_inputs(tmp_path))
-    assert "permutation test: 53 of 67" in page and "zoo-w12s12-s1 prefix (spectral" not in page
+    assert "permutation test: 57 of 73" in page and "zoo-w12s12-s1 prefix (spectral" not in page
 
 
 def _doc(rel: str) -> str:
