@@ -37,3 +37,31 @@ COMPRESSED_VARIANTS = {
                                                              local_window="tail"),
     "hca-noneentrynorm-L0": CompressionConfig(window=5, stride=5, layout="hca", entry_norm=False, local_window=0, sink=True),
 }
+
+
+#: Script source that makes a subprocess SIGKILL itself at its k-th journal unit write: "after" the
+#: write, "during" it (half the unit left under its temporary name) or "pause" (sleeps, holding its
+#: --out, until the test kills it). The script defines `mode` and `k` before this text.
+KILL_AT_JOURNAL_WRITE = r"""
+import os, signal, time
+from pathlib import Path
+from phaseinterp.measure import journal
+real, count = journal.write_atomic, [0]
+
+def write_atomic(path, data):
+    path = Path(path)
+    if path.name == "journal.json":
+        return real(path, data)
+    count[0] += 1
+    if mode == "during" and count[0] == k:
+        (path.parent / f".{path.stem}.tmp-{os.getpid()}{path.suffix}").write_bytes(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    out = real(path, data)
+    if mode == "after" and count[0] == k:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "pause" and count[0] == k:
+        time.sleep(600)
+    return out
+
+journal.write_atomic = write_atomic
+"""

@@ -16,37 +16,14 @@ from pathlib import Path
 import pytest
 
 from phaseinterp.cli import main
+from tests.helpers import KILL_AT_JOURNAL_WRITE
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # The verb as a subprocess, killed with SIGKILL by itself at a chosen point of its journal writes
 # (deterministic kill points; the computation itself is the CLI's, untouched).
-KILLER = r"""
-import os, signal, sys, time
-from pathlib import Path
-from phaseinterp.measure import journal
-mode, k, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-real, count = journal.write_atomic, [0]
-
-def write_atomic(path, data):
-    path = Path(path)
-    if path.name == "journal.json":
-        return real(path, data)
-    count[0] += 1
-    if mode == "during" and count[0] == k:  # half the unit written to its temp name, then killed
-        (path.parent / f".{path.stem}.tmp-{os.getpid()}{path.suffix}").write_bytes(data[: len(data) // 2])
-        os.kill(os.getpid(), signal.SIGKILL)
-    out = real(path, data)
-    if mode == "after" and count[0] == k:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if mode == "pause" and count[0] == k:  # holds its --out until the test kills it
-        time.sleep(600)
-    return out
-
-journal.write_atomic = write_atomic
-from phaseinterp.cli import main
-sys.exit(main(argv))
-"""
+KILLER = ("import sys\nmode, k, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]\n" + KILL_AT_JOURNAL_WRITE
+          + "from phaseinterp.cli import main\nsys.exit(main(argv))\n")
 
 VERBS = {
     # a model whose correctness varies from example to example and from head to head (a unit taken

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -16,19 +17,18 @@ import torch
 from phaseinterp.analysis.induction_sweep import SettingJournals, induction_correct
 from phaseinterp.backends.kv_compression import KVCompression
 from phaseinterp.tasks.induction import induction_batch
+from tests.helpers import KILL_AT_JOURNAL_WRITE
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # A tiny random Llama on a 28-token vocabulary, so that top-1 correctness varies from row to row; 8
 # prompts of 11 rows, 44 rows per forward: 2 minibatches per setting, 6 units in all.
-STUDY = r"""
-import os, signal, sys
-from pathlib import Path
+BASE = r"""
+import sys
 import numpy as np, torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from phaseinterp.backends.kv_compression import KVCompression
 from phaseinterp.tasks.induction import induction_batch
-from phaseinterp.measure import journal
 
 def model():
     torch.manual_seed(0)
@@ -44,26 +44,10 @@ def run(resume):
     m = model()
     return np.stack([induction_correct(m, BATCH, s, resume=resume).numpy() for s in SPECS])
 
-if __name__ == "__main__":
-    mode, k, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    real, count = journal.write_atomic, [0]
-
-    def write_atomic(path, data):
-        path = Path(path)
-        if path.name == "journal.json":
-            return real(path, data)
-        count[0] += 1
-        if mode == "during" and count[0] == k:
-            (path.parent / f".{path.stem}.tmp-{os.getpid()}{path.suffix}").write_bytes(data[: len(data) // 2])
-            os.kill(os.getpid(), signal.SIGKILL)
-        out = real(path, data)
-        if mode == "after" and count[0] == k:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-
-    journal.write_atomic = write_atomic
-    run(root)
 """
+
+STUDY = (BASE + "if __name__ == '__main__':\n    mode, k, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]\n"
+         + textwrap.indent(KILL_AT_JOURNAL_WRITE, "    ") + "    run(root)\n")
 
 
 @pytest.fixture(scope="module")
