@@ -21,7 +21,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from phaseinterp.backends.batching import BatchedNNsight
+from phaseinterp.backends.batching import BatchedNNsight, first_device
 from phaseinterp.backends.compat import TLCompat
 from phaseinterp.backends.compression import Compression
 from phaseinterp.backends.edits import CycleGate, Edit, _positions, sites
@@ -147,9 +147,17 @@ class Backend(TLCompat):
         """Whether edits are active (inside `intervene` or `hooks`): what a forward computes may differ."""
         return bool(self._active)
 
+    #: what `final_position_run` does, recorded in the maps' meta ("path")
+    incremental_path = "final_position"
+
     def incremental_ok(self) -> bool:
         """Whether `final_position_run` applies (`HookedBackend`; `HFCausalLMBackend` through the KV cache)."""
         return False
+
+    def incremental_fallback(self) -> str | None:
+        """Why knockout and patching run one full forward per unit on this model (a sentence for the
+        maps' meta and errors), or None when there is nothing to explain."""
+        return None
 
     def final_position_run(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> Any:
         """The cached base run that recomputes only each row's query position after edits there
@@ -238,10 +246,7 @@ class Backend(TLCompat):
         """Where inputs go: the device of the input embeddings (first parameter not on the meta
         device, where accelerate keeps offloaded weights between calls; its hooks move the inputs
         on to where the first layer runs)."""
-        for p in self.model.parameters():
-            if p.device.type != "meta":
-                return p.device
-        return torch.device("cpu")
+        return first_device(self.model) or torch.device("cpu")
 
     @property
     def nn(self) -> BatchedNNsight:

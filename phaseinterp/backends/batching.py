@@ -20,6 +20,12 @@ import torch
 from nnsight import NNsight
 
 
+def first_device(module: torch.nn.Module) -> torch.device | None:
+    """Device of the first parameter not on the meta device (where accelerate keeps offloaded
+    weights between calls), or None when every parameter is there (or there is none)."""
+    return next((p.device for p in module.parameters() if p.device.type != "meta"), None)
+
+
 class BatchedNNsight(NNsight):
     """`NNsight` whose invokes (each `[batch_i, pos]` tokens) run as one `[sum batch_i, pos]` forward.
 
@@ -36,10 +42,7 @@ class BatchedNNsight(NNsight):
         """Where nnsight moves the inputs: the first parameter not on the meta device (nnsight takes
         the first parameter, which is on meta when accelerate offloaded it; the model's dispatch
         hooks move the inputs on)."""
-        for p in self._module.parameters():
-            if p.device.type != "meta":
-                return p.device
-        return None
+        return first_device(self._module)
 
     def _batch_size(self, *inputs: Any, **kwargs: Any) -> int:
         if inputs and isinstance(inputs[0], torch.Tensor):

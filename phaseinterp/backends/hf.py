@@ -154,13 +154,12 @@ class HFCausalLMBackend(HFMixin, Backend):
         super().__init__(model, cfg)
         self.prefill_chunk = self._check_chunk(prefill_chunk)
 
-    #: what `final_position_run` does, recorded in the maps' meta ("path")
     incremental_path = "kv_cache"
 
     def incremental_ok(self) -> bool:
         """Whether knockout / patching at the final position run through the KV cache
         (`backends.kv_cache`): Llama / Qwen / Mistral decoders without compression, outside `intervene`."""
-        return not self.has_hooks() and kv_cache_fallback(self) is None
+        return not self.has_hooks() and self.incremental_fallback() is None
 
     def incremental_fallback(self) -> str | None:
         """Why `incremental_ok` is False for this model (None when the KV-cache path applies)."""

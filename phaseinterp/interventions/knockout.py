@@ -145,8 +145,8 @@ def path_meta(model, method: str) -> dict:
     recomputation, "kv_cache": a HF decoder's cached prefix, "full_forward": one forward per unit),
     and, where a backend could not take its final-position path, "fallback" saying why."""
     if method == "incremental":
-        return {"path": getattr(model, "incremental_path", "final_position")}
-    why = getattr(model, "incremental_fallback", lambda: None)()
+        return {"path": model.incremental_path}
+    why = model.incremental_fallback()
     return {"path": "full_forward", **({} if why is None else {"fallback": why})}
 
 
@@ -174,7 +174,7 @@ def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibratio
     pos = check_positions(positions, T)
     can_fast = pos == "final" and model.incremental_ok()
     if method == "incremental" and not can_fast:
-        why = getattr(model, "incremental_fallback", lambda: None)()
+        why = model.incremental_fallback()
         raise ValueError(f"method='incremental' needs positions='final' and a backend with the final-position path "
                          f"(our HookedCompressedTransformer, or a HF Llama / Qwen / Mistral decoder through its KV "
                          f"cache) without hooks attached; got positions={positions!r} on {model.describe()}"

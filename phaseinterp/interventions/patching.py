@@ -234,7 +234,7 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
     fast_ok = model.incremental_ok() and ((unit == "z" and positions == "final")
                                          or (unit == "resid" and list(positions) == ["final"]))
     if method == "incremental" and not fast_ok:
-        why = getattr(model, "incremental_fallback", lambda: None)()
+        why = model.incremental_fallback()
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
                          "the 'final' site only, on our HookedCompressedTransformer or (unit 'z') a HF Llama / Qwen / "
                          f"Mistral decoder through its KV cache, without hooks; got unit={unit!r}, "
