@@ -137,11 +137,13 @@ def test_every_shipped_checkpoint_carries_a_digest_and_an_edit_of_it_is_caught(t
         phaseinterp.load(tmp_path / "w4s4-edited.safetensors")
 
 
-def test_shipped_checkpoints_stay_within_the_120_mb_budget():
-    """The repository's budget for checkpoints: 60 MB for the zoo's two seeds per member, raised to 120 MB
-    when seeds became the unit (at least 4 per headline member and the control's members, issue 32)."""
+def test_shipped_checkpoints_stay_within_the_150_mb_budget():
+    """The repository's budget for checkpoints (the wheel carries only the core ones, tests/test_wheel.py):
+    60 MB for the zoo's two seeds per member, 120 MB when seeds became the unit (at least 4 per headline member
+    and the control's members, issue 32), 150 MB for the paper's variants and the rule's generalization sweep
+    (22 runs of 1.3 MB at 2 seeds each)."""
     total = sum(p.stat().st_size for p in SHIPPED)
-    assert total < 120e6, f"shipped checkpoints take {total / 1e6:.1f} MB, budget 120 MB: drop or shrink some"
+    assert total < 150e6, f"shipped checkpoints take {total / 1e6:.1f} MB, budget 150 MB: drop or shrink some"
 
 
 def test_a_checkpoint_without_a_digest_loads_with_a_warning(tmp_path):

@@ -157,6 +157,15 @@ def test_cli_recipe_rule_trains_a_stride_outside_the_zoo_and_cards_it_by_its_per
     assert card["phase_curve"]["learned"] is False  # 3 steps: nothing retrieved
 
 
+def test_the_rule_aligns_every_window_above_8_and_uniform_gates_only():
+    # windows up to 8 learned without the aligned start (zoo, sweep); W10, W12, W16 did not (docs/training.md)
+    aligned = [w for w in range(1, 25) if rule_recipe(w, w)[1].mixture.aligned_steps]
+    assert aligned == list(range(9, 25)) and [s for s in range(1, 11) if rule_recipe(10, s)[1].mixture.aligned_steps] == \
+        list(range(1, 11))
+    assert rule_recipe(4, 4, gate="uniform")[1].mixture.aligned_steps == 2000
+    assert rule_recipe(layout="full")[1].mixture.aligned_steps == 0
+
+
 def test_cli_aligned_start_overrides_the_rule_and_names_the_run(tmp_path):
     def card(*extra):
         out = tmp_path / "-".join(extra)

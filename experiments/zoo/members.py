@@ -45,6 +45,9 @@ EXTRA: dict[str, dict[str, Any]] = {
     # the rule's generalization sweep (`SWEEP`): pairs that are not zoo members, W = S and overlapping
     **{f"w{w}s{s}": {"window": w, "stride": s} for w, s in ((3, 3), (6, 6), (10, 10), (20, 20), (6, 3), (10, 5),
                                                              (14, 7), (24, 12))},
+    # the sweep's W10 pairs by the rule before its aligned start reached windows 9-11 (why it does now)
+    "w10s10-unaligned": {"window": 10, "stride": 10, "aligned": False},
+    "w10s5-unaligned": {"window": 10, "stride": 5, "aligned": False},
 }
 #: The generalization sweep of the recipe rule (issue 32): window 3 to 24, W = S and overlapping.
 SWEEP = ("w3s3", "w6s6", "w10s10", "w20s20", "w6s3", "w10s5", "w14s7", "w24s12")
@@ -76,7 +79,8 @@ def rule_options(name: str, kv_heads: int | None = None) -> list[str]:
     for key in ("window", "stride", "gate", "kv_heads", "layout", "d_head", "payload", "rope_dims", "lr"):
         if key in args:
             out += [f"--{key.replace('_', '-')}", str(args[key])]
-    for key, flag in (("rope", "--no-rope"), ("offset_bias", "--no-offset-bias"), ("qk_norm", "--no-qk-norm")):
+    for key, flag in (("rope", "--no-rope"), ("offset_bias", "--no-offset-bias"), ("qk_norm", "--no-qk-norm"),
+                      ("aligned", "--no-aligned-start")):
         if args.get(key) is False:
             out.append(flag)
     return out

@@ -158,7 +158,8 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     names = [zoo_name(m, seed, width=width or WIDTH, kv_heads=kv_heads) for m in members or ZOO for seed in seeds]
     missing = [n for n in names if not (checkpoints / f"{n}.json").is_file()]
     train = "python -m experiments.zoo.train" + (f" --members {' '.join(members)}" if members else "") + (
-        f" --seeds {' '.join(map(str, seeds))}" if tuple(seeds) != (0, 1) else "")
+        f" --seeds {' '.join(map(str, seeds))}" if tuple(seeds) != (0, 1) else "") + (
+        f" --ship {checkpoints.as_posix()}" if checkpoints.as_posix() != "assets/checkpoints/zoo" else "")
     note = (f"Not trained yet ({len(missing)} of {len(names)} runs; `{train}` trains what is "
             f"missing): {', '.join(missing)}.\n\n" if missing else "")
     out.mkdir(parents=True, exist_ok=True)

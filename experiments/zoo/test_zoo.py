@@ -73,8 +73,8 @@ def test_zoo_table_names_the_runs_its_folder_should_hold_and_its_command(tmp_pat
     sweep = ["--checkpoints", str(zoo), "--n-per-residue", "2", "--n-boot", "10", "--n-perm", "10", "--protocols", "prefix"]
     assert zoo_table.main([*sweep, "--out", str(tmp_path / "a"), "--members", "w4s4", "w8s8", "--seeds", "2", "3"]) == 0
     text = (tmp_path / "a" / "zoo.md").read_text()
-    assert ("Not trained yet (3 of 4 runs; `python -m experiments.zoo.train --members w4s4 w8s8 --seeds 2 3` "
-            "trains what is missing): zoo-w4s4-s3, zoo-w8s8-s2, zoo-w8s8-s3.") in text
+    assert ("Not trained yet (3 of 4 runs; `python -m experiments.zoo.train --members w4s4 w8s8 --seeds 2 3 "
+            f"--ship {zoo.as_posix()}` trains what is missing): zoo-w4s4-s3, zoo-w8s8-s2, zoo-w8s8-s3.") in text
     assert f"Reproduce: `python -m experiments.zoo.table {' '.join(sweep)} --out {tmp_path / 'a'} --members w4s4 w8s8 --seeds 2 3`." in text
     assert zoo_table.main([*sweep, "--out", str(tmp_path / "a"), "--members", "w4s4", "--seeds", "2", "--only", "zoo-w4s4-s2"]) == 0
     text = (tmp_path / "a" / "zoo.md").read_text()

@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
     rule.add_argument("--aligned-start", action=argparse.BooleanOptionalAction, default=None,
                       help="start phase-aligned: every final query's key at one seed-drawn phase for the first 2000 "
-                      "steps (default: the rule's choice, on for windows >= 12 and uniform gates)")
+                      "steps (default: the rule's choice, on for windows >= 9 and uniform gates)")
     rule.add_argument("--min-undemonstrated", type=int, metavar="K",
                       help="records each training row leaves undemonstrated (default: the rule's, 1); 3 removes the "
                       "exclusion shortcut (docs/training.md)")

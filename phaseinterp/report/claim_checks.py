@@ -98,7 +98,8 @@ def claim1(data: dict) -> Claim:
               "every curve of a learned compressed run with a phase effect (p (phase) < 0.05) must pass both tests "
               "(spectral: dominant period S; permutation: consistent with period S); holds when all do, "
               "with exceptions when most do")
-    zoo = [r for r in zoo_rows(data, ("zoo", "zoo_seeds", "control")) if not member_of(r).startswith("full")]
+    zoo = [r for r in zoo_rows(data, ("zoo", "zoo_seeds", "control", "variants", "rule_sweep"))
+           if not member_of(r).startswith("full")]
     shipped = []
     for protocol in ("prefix", "insequence"):
         if data.get(protocol) is not None:

@@ -6,8 +6,8 @@
 Each claim carries its verdict and the rule that decides it, the evidence rows (result file, run, protocol),
 the seeds behind it, both tests (spectral: `dominant_period`; permutation: `p_phase`, `p_periodic`, verdict)
 and its exceptions by name. A claim whose evidence is not in the files says "no result file" and is not a pass.
-Optional inputs (the control on a harder task, the member table across seeds, gate cycling, the theory) are
-read when present. README.md quotes the verdict table between the markers `<!-- claims:begin -->` and
+Optional inputs (the control on a harder task, the paper's variants, the rule's sweep, the member table across
+seeds, gate cycling, the theory) are read when present. README.md quotes the verdict table between the markers `<!-- claims:begin -->` and
 `<!-- claims:end -->`; `tests/test_claims.py` fails when either text differs from a fresh render.
 """
 
@@ -22,6 +22,7 @@ from phaseinterp import assets
 from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.report import claim_checks as checks
 from phaseinterp.report import claim_findings as findings
+from phaseinterp.report import claim_sweeps as sweeps
 from phaseinterp.report.claim_rows import evidence_table, interval, table
 
 #: Result files the claims read, relative to an assets folder; a missing one makes its claims say "no result file".
@@ -29,6 +30,8 @@ INPUTS = {
     "zoo": "results/zoo.json",
     "zoo_seeds": "results/zoo-seeds/zoo.json",
     "control": "results/control/zoo.json",
+    "variants": "results/variants/zoo.json",
+    "rule_sweep": "results/rule-sweep/zoo.json",
     "zoo_members": "results/zoo_members.json",
     "cycling": "results/cycling.json",
     "theory": "results/theory.json",
@@ -77,7 +80,8 @@ def evaluate(data: dict) -> list[checks.Claim]:
     """Every claim, in PAPER.md's order, then the findings beyond the paper."""
     return [checks.claim1(data), checks.claim2(data), checks.claim3(data), checks.claim4(data), findings.claim5(data),
             findings.claim6(data), findings.exclusion(data), findings.nsa(data), findings.smollm2(data),
-            findings.multi_offset(data), findings.theory_coverage(data)]
+            findings.multi_offset(data), findings.theory_coverage(data), sweeps.variants(data),
+            sweeps.rule_sweep(data)]
 
 
 def members_section(data: dict) -> list[str]:
