@@ -41,13 +41,13 @@ def test_rule_sweep_needs_three_of_four_seeds_per_pair_and_the_cpu_budget():
 
 
 def test_rule_sweep_reports_runs_that_override_the_rule_without_counting_them():
-    rows = [r for s in (0, 1) for r in _both("w10s10", s, S=10, dominant=10, aligned={"steps": 2000})]
+    rows = [r for s in (0, 1) for r in _both("w10s10", s, S=10, dominant=10, aligned={"steps": 2000, "modulus": 20})]
     rows += _both("w10s10-unaligned", 0, S=10, learned=False, p_phase=0.5, best=0.12)
     c = claim_sweeps.rule_sweep(_data("rule_sweep", rows))
     assert c.verdict == "holds" and not c.exceptions
     assert ("w10s10-unaligned (overrides the rule, not counted): 0 of 1 seeds learned; 5000 steps, no aligned start, "
             "CPU 10.0 min; best residue of any curve 12%.") in c.findings
-    assert any(f.startswith("w10s10: 2 of 2 seeds learned; 5000 steps, phase-aligned start") for f in c.findings)
+    assert any(f.startswith("w10s10: 2 of 2 seeds learned; 5000 steps, phase-aligned start (mod 20)") for f in c.findings)
 
 
 def test_rule_sweep_names_what_is_not_trained_and_says_when_there_is_no_file():

@@ -26,17 +26,25 @@ def test_committed_claims_page_and_readme_block_are_fresh(data):
     readme = (ROOT / "README.md").read_text()
     assert claims.with_block(readme, claims.readme_block(data)) == readme, \
         "README.md's claims block is stale: run `python -m phaseinterp.report.claims`"
+    training = (ROOT / "docs" / "training.md").read_text()
+    assert claims.with_block(training, claims.sweep_block(data), claims.SWEEP_BEGIN, claims.SWEEP_END) == training, \
+        "docs/training.md's rule-sweep block is stale: run `python -m phaseinterp.report.claims`"
 
 
 def test_check_flag_reports_a_stale_page(tmp_path, capsys):
-    page, readme = tmp_path / "claims.md", tmp_path / "README.md"
+    page, readme, training = tmp_path / "claims.md", tmp_path / "README.md", tmp_path / "training.md"
     readme.write_text(f"# x\n\n{claims.BEGIN}\nold\n{claims.END}\n\ntail\n")
-    args = ["--out", str(page), "--readme", str(readme), "--root", str(ROOT / "assets")]
+    training.write_text(f"# t\n\n{claims.SWEEP_BEGIN}\nold\n{claims.SWEEP_END}\n")
+    args = ["--out", str(page), "--readme", str(readme), "--training-doc", str(training), "--root", str(ROOT / "assets")]
     assert claims.main(args + ["--check"]) == 1 and "stale" in capsys.readouterr().err
     assert claims.main(args) == 0 and claims.main(args + ["--check"]) == 0
     assert readme.read_text().endswith("\n\ntail\n") and "| 1. Periodic" in readme.read_text()
+    assert "Verdict (finding B7 of `assets/results/claims.md`)" in training.read_text()
     page.write_text(page.read_text().replace("holds with exceptions", "holds", 1))
     assert claims.main(args + ["--check"]) == 1
+    assert claims.main(args) == 0  # the tampered page rewritten
+    training.write_text(training.read_text().replace("Verdict (finding B7", "Verdict (B7"))
+    assert claims.main(args + ["--check"]) == 1 and claims.main(args) == 0 and claims.main(args + ["--check"]) == 0
 
 
 def test_readme_without_markers_is_a_clear_error():
@@ -235,6 +243,16 @@ def test_docs_quote_what_the_files_say(data):
     cards = [json.loads((ROOT / f"assets/results/rule/zoo-w16s16-unaligned-s{s}.json").read_text()) for s in (0, 1)]
     means = " and ".join(f"{100 * c['phase_curve']['mean']:.1f}%" for c in cards)
     assert f"W16/S16 at {means}" in training
+    learned = {}  # run -> learned in either protocol
+    for key in ("zoo", "rule_sweep"):
+        for r in data[key]["rows"]:
+            learned[r["model"]] = learned.get(r["model"], False) or r["learned"]
+    # "Where the sweep stops, and why": which aligned runs learned
+    assert not learned["zoo-w16s16-s0"] and learned["zoo-w16s16-s1"] and learned["zoo-w12s12-s0"] and learned["zoo-w12s12-s1"]
+    assert not any(ok for run, ok in learned.items() if run.startswith(("zoo-w10s10-aligned-", "zoo-w10s5-aligned-")))
+    assert not learned["zoo-w20s20-s0"] and not learned["zoo-w20s20-s1"]
+    assert learned["zoo-w10s5-s0"] and not learned["zoo-w10s10-s0"]  # the first two W10 runs, before aligning was tried
+    assert "no aligned W10 run learned" in training and "neither seed learned" in training
     kernel = next(r for r in data["prefix"]["summary"] if r["model"] == "deepseek-kernel")
     assert kernel["verdict"] == "phase effect, not explained by period 4"
     assert f"p = {kernel['p_periodic']:.4f}" in training

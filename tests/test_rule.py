@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,9 @@ from phaseinterp.train import Mixture, make_batch
 from phaseinterp.train.data import IGNORE
 from phaseinterp.train.loop import batch_sums
 from phaseinterp.train.recipes import MIXTURE
-from phaseinterp.train.rule import ALIGNED_STEPS, rule_recipe, table_period
+from phaseinterp.train.rule import ALIGNED_STEPS, aligned_phase, rule_recipe, table_period
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_rule_builds_what_was_asked():
@@ -157,13 +160,43 @@ def test_cli_recipe_rule_trains_a_stride_outside_the_zoo_and_cards_it_by_its_per
     assert card["phase_curve"]["learned"] is False  # 3 steps: nothing retrieved
 
 
-def test_the_rule_aligns_every_window_above_8_and_uniform_gates_only():
-    # windows up to 8 learned without the aligned start (zoo, sweep); W10, W12, W16 did not (docs/training.md)
+def test_the_rule_aligns_windows_from_12_and_uniform_gates_only():
+    # W12 and W16 learned only with the aligned start; aligned W10 runs did not learn (docs/training.md)
     aligned = [w for w in range(1, 25) if rule_recipe(w, w)[1].mixture.aligned_steps]
-    assert aligned == list(range(9, 25)) and [s for s in range(1, 11) if rule_recipe(10, s)[1].mixture.aligned_steps] == \
-        list(range(1, 11))
+    assert aligned == list(range(12, 25)) and not any(rule_recipe(10, s)[1].mixture.aligned_steps for s in range(1, 11))
     assert rule_recipe(4, 4, gate="uniform")[1].mixture.aligned_steps == 2000
     assert rule_recipe(layout="full")[1].mixture.aligned_steps == 0
+
+
+def test_the_aligned_start_is_modulo_two_periods_and_can_be_overridden():
+    # two periods: the zoo table's modulus where the zoo's aligned members have it (S = 8, 12, 16), 14 for S = 7
+    moduli = {(w, s): rule_recipe(w, s, gate="uniform")[1].mixture.aligned_modulus for w, s in ((8, 8), (12, 12), (16, 16), (14, 7))}
+    assert moduli == {(8, 8): 16, (12, 12): 24, (16, 16): 32, (14, 7): 14}
+    assert [table_period(s) for s in (8, 12, 16, 7)] == [16, 24, 32, 56]
+    mix = rule_recipe(10, 10, aligned=True, aligned_modulus=40, seed=1)[1].mixture
+    assert (mix.aligned_modulus, mix.aligned_phase) == (40, aligned_phase(1, 40))
+    with pytest.raises(ValueError, match="aligned_modulus=40 applies only with the aligned start"):
+        rule_recipe(10, 10, aligned_modulus=40)
+    with pytest.raises(ValueError, match=re.escape("aligned_modulus=0 is invalid: allowed an integer >= 1")):
+        rule_recipe(12, 12, aligned_modulus=0)
+
+
+def test_the_positions_an_aligned_key_can_take_are_what_the_sweep_docs_say():
+    """docs/training.md, "Where the sweep stops": the aligned key's positions in the 64-token training rows."""
+    from experiments.zoo.members import zoo_recipe
+
+    def positions(member: str, seed: int) -> list[int]:
+        return sorted(set(_target_key_positions(make_batch(zoo_recipe(member, seed)[1].mixture, seed, 0, 256)).tolist()))
+
+    found = {(m, s): positions(m, s) for m in ("w10s10-aligned", "w20s20", "w12s12", "w16s16", "w14s7", "w14s7-mod56")
+             for s in (0, 1)}
+    assert found[("w10s10-aligned", 0)] == found[("w20s20", 0)] == [39] and found[("w16s16", 0)] == [31]
+    assert found[("w10s10-aligned", 1)] == found[("w20s20", 1)] == [14, 54] and found[("w16s16", 1)] == [11, 43]
+    assert found[("w12s12", 0)] == [23, 47] and found[("w12s12", 1)] == [8, 32, 56]
+    assert found[("w14s7-mod56", 0)] == [55] and found[("w14s7", 0)] == [13, 27, 41, 55]
+    docs = " ".join((ROOT / "docs" / "training.md").read_text().split())
+    assert ("modulo 40 the key sits at one or two positions of a 64-token row (seed 0: position 39 only; seed 1: "
+            "14 and 54)") in docs
 
 
 def test_cli_aligned_start_overrides_the_rule_and_names_the_run(tmp_path):

@@ -56,7 +56,9 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--layout", help="generic (default; needs --window/--stride), deepseek-csa or full")
     rule.add_argument("--aligned-start", action=argparse.BooleanOptionalAction, default=None,
                       help="start phase-aligned: every final query's key at one seed-drawn phase for the first 2000 "
-                      "steps (default: the rule's choice, on for windows >= 9 and uniform gates)")
+                      "steps (default: the rule's choice, on for windows >= 12 and uniform gates)")
+    rule.add_argument("--aligned-modulus", type=int, metavar="R",
+                      help="the aligned start's phase is one residue mod R (default: the rule's, two periods 2S)")
     rule.add_argument("--min-undemonstrated", type=int, metavar="K",
                       help="records each training row leaves undemonstrated (default: the rule's, 1); 3 removes the "
                       "exclusion shortcut (docs/training.md)")
@@ -89,7 +91,8 @@ def resolve(args: argparse.Namespace):
     from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe
 
     rule_args = [f"--{k.replace('_', '-')}" for k in ("window", "stride", "gate", "kv_heads", "layout", "width", "d_head", "payload", "rope_dims",
-                                                      "aligned_start", "min_undemonstrated") if getattr(args, k, None) is not None]
+                                                      "aligned_start", "aligned_modulus", "min_undemonstrated")
+                 if getattr(args, k, None) is not None]
     rule_args += [f"--{flag}" for flag in ("no-rope", "no-offset-bias", "no-qk-norm") if getattr(args, flag.replace("-", "_"), False)]
     if getattr(args, "recipe", None) is None and rule_args:
         raise ValueError(f"{' '.join(rule_args)} apply only with --recipe rule")
@@ -143,7 +146,8 @@ def _from_rule(args: argparse.Namespace):
                                       rope=not args.no_rope, layout=layout, width=width, seed=seed, aligned=args.aligned_start,
                                       min_undemonstrated=args.min_undemonstrated, d_head=args.d_head,
                                       offset_bias=not args.no_offset_bias, payload=args.payload or "per_offset",
-                                      rope_dims=args.rope_dims, qk_norm=not args.no_qk_norm)
+                                      rope_dims=args.rope_dims, qk_norm=not args.no_qk_norm,
+                                      aligned_modulus=args.aligned_modulus)
     aligned = tcfg.mixture.aligned_steps > 0
     first = model_cfg.layers[0]
     default_aligned = rule.aligned_by_rule(None if first == "full" else first)
@@ -154,6 +158,7 @@ def _from_rule(args: argparse.Namespace):
                       "-nobias" if args.no_offset_bias else "", "-shared" if args.payload == "shared" else "",
                       f"-rope{args.rope_dims}" if args.rope_dims is not None else "", "-noqknorm" if args.no_qk_norm else "",
                       "" if aligned == default_aligned else ("-aligned" if aligned else "-unaligned"),
+                      f"-mod{args.aligned_modulus}" if args.aligned_modulus is not None else "",
                       "" if args.min_undemonstrated in (None, rule.MIN_UNDEMONSTRATED) else f"-undemo{args.min_undemonstrated}"])
     return f"rule-{shape}{extras}-s{seed}", model_cfg, tcfg
 

@@ -11,6 +11,7 @@ A missing table makes its finding say "no result file", which is not a pass.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 
 from phaseinterp.report.claim_checks import Claim, member_of, seeds_of, share_verdict, tests_line, zoo_rows
@@ -19,9 +20,9 @@ from phaseinterp.report.claim_checks import Claim, member_of, seeds_of, share_ve
 LEARNED_SHARE = 0.75
 #: ...and every one of its runs trained within this many CPU minutes.
 CPU_MINUTES = 30
-#: Members that override the rule's aligned start (e.g. a pair's runs from before the rule aligned it): reported,
-#: not counted.
-OVERRIDES = ("-unaligned", "-aligned")
+#: A pair's member name by the rule ("w10s5"); a longer name ("w10s10-aligned") overrides some choice of the rule
+#: for that pair (a change of the rule that was tried): reported, not counted.
+PAIR = re.compile(r"w\d+s\d+")
 
 
 def _by_member(rows) -> dict[str, list]:
@@ -29,6 +30,16 @@ def _by_member(rows) -> dict[str, list]:
     for r in rows:
         out[member_of(r)].append(r)
     return dict(out)
+
+
+def _training_rows(run: str, raw: dict) -> str:
+    """A run's final training accuracy on rows answerable by exclusion (one undemonstrated record) and on rows
+    that need the key (several), against exclusion alone: the exclusion shortcut of docs/training.md."""
+    t = next((r.get("training_rows") for (m, _), r in raw.items() if m == run and r.get("training_rows")), None)
+    if not t:
+        return ""
+    return (f"{run} training accuracy {t['one']:.2f} with one undemonstrated record, {t['several']:.2f} with several "
+            f"(exclusion alone {t['several_by_exclusion_alone']:.2f})")
 
 
 def variants(data: dict) -> Claim:
@@ -89,7 +100,7 @@ def rule_sweep(data: dict) -> Claim:
     c.seeds = seeds_of(rows)
     passing = 0
     members = _by_member(rows)
-    overrides = {m: members.pop(m) for m in list(members) if m.endswith(OVERRIDES)}
+    overrides = {m: members.pop(m) for m in list(members) if not PAIR.fullmatch(m)}
     for m, group in {**members, **overrides}.items():
         runs = sorted({r.run for r in group})
         learned = sorted({r.run for r in group if r.learned})
@@ -100,11 +111,15 @@ def rule_sweep(data: dict) -> Claim:
         aligned = {raw[k].get("aligned_start") is not None for k in raw if k[0] in runs}
         steps = sorted({raw[k]["steps"] for k in raw if k[0] in runs})
         best = max(raw[k]["best"] for k in raw if k[0] in runs)
-        start = "phase-aligned start" if aligned == {True} else "no aligned start" if aligned == {False} else "mixed start"
+        moduli = sorted({raw[k]["aligned_start"]["modulus"] for k in raw if k[0] in runs and raw[k].get("aligned_start")})
+        start = (f"phase-aligned start (mod {'/'.join(map(str, moduli))})" if aligned == {True} else "no aligned start"
+                 if aligned == {False} else "mixed start")
         label = f"{m} (overrides the rule, not counted)" if m in overrides else m
+        shortcut = [_training_rows(run, raw) for run in runs if run not in learned]
         c.findings.append(f"{label}: {len(learned)} of {len(runs)} seeds learned; {'/'.join(map(str, steps))} steps, "
                           f"{start}, CPU {', '.join(f'{t:.1f}' for t in minutes.values())} min; best residue of any "
-                          f"curve {100 * best:.0f}%.")
+                          f"curve {100 * best:.0f}%" + (f"; {'; '.join(s for s in shortcut if s)}" if any(shortcut) else "")
+                          + ".")
         if m in overrides:
             continue
         if len(learned) >= need and not slow:
@@ -116,7 +131,7 @@ def rule_sweep(data: dict) -> Claim:
             if slow:
                 why.append(f"over {CPU_MINUTES} CPU minutes: {', '.join(slow)}")
             c.exceptions.append(f"{m}: {'; '.join(why)}")
-    untrained = [n for n in d.get("not_trained") or [] if not member_of(n).endswith(OVERRIDES)]
+    untrained = [n for n in d.get("not_trained") or [] if PAIR.fullmatch(member_of(n))]
     if untrained:
         c.exceptions.append(f"not trained yet: {', '.join(untrained)}")
     extra = sorted(set(d.get("not_trained") or []) - set(untrained))
@@ -128,4 +143,4 @@ def rule_sweep(data: dict) -> Claim:
     return c
 
 
-__all__ = ["CPU_MINUTES", "LEARNED_SHARE", "OVERRIDES", "rule_sweep", "variants"]
+__all__ = ["CPU_MINUTES", "LEARNED_SHARE", "PAIR", "rule_sweep", "variants"]

@@ -1,14 +1,15 @@
 """Render `assets/results/claims.md`: PAPER.md's six claims and the findings beyond it, judged from the result files.
 
-    python -m phaseinterp.report.claims            # rewrite assets/results/claims.md and README.md's claims block
-    python -m phaseinterp.report.claims --check    # exit 1 when either is stale
+    python -m phaseinterp.report.claims            # rewrite claims.md, README.md's claims block, docs/training.md's sweep
+    python -m phaseinterp.report.claims --check    # exit 1 when any of them is stale
 
 Each claim carries its verdict and the rule that decides it, the evidence rows (result file, run, protocol),
 the seeds behind it, both tests (spectral: `dominant_period`; permutation: `p_phase`, `p_periodic`, verdict)
 and its exceptions by name. A claim whose evidence is not in the files says "no result file" and is not a pass.
 Optional inputs (the control on a harder task, the paper's variants, the rule's sweep, the member table across
-seeds, gate cycling, the theory) are read when present. README.md quotes the verdict table between the markers `<!-- claims:begin -->` and
-`<!-- claims:end -->`; `tests/test_claims.py` fails when either text differs from a fresh render.
+seeds, gate cycling, the theory) are read when present. README.md quotes the verdict table between the markers
+`<!-- claims:begin -->` and `<!-- claims:end -->`, docs/training.md the rule's sweep (B7) between `<!-- rule-sweep:begin -->` and
+`<!-- rule-sweep:end -->`; `tests/test_claims.py` fails when any of these texts differs from a fresh render.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ MITIGATION_CURVES = "results/mitigations/curves"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "assets" / "results" / "claims.md"
 DEFAULT_README = ROOT / "README.md"
+DEFAULT_TRAINING_DOC = ROOT / "docs" / "training.md"
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+SWEEP_BEGIN, SWEEP_END = "<!-- rule-sweep:begin -->", "<!-- rule-sweep:end -->"
 
 
 def _root(root: Path | None) -> Path | None:
@@ -157,11 +160,20 @@ def readme_block(data: dict | None = None) -> str:
     return "\n".join([BEGIN, *table(["claim", "verdict", "exceptions"], rows), END])
 
 
-def with_block(readme: str, block: str) -> str:
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"README has no claims block: add the markers {BEGIN} and {END}")
-    head, rest = readme.split(BEGIN, 1)
-    return head + block + rest.split(END, 1)[1]
+def sweep_block(data: dict | None = None) -> str:
+    """The rule's generalization sweep as docs/training.md quotes it: finding B7's verdict, findings and exceptions."""
+    c = sweeps.rule_sweep(load_inputs() if data is None else data)
+    lines = [SWEEP_BEGIN, f"Verdict (finding B7 of `assets/results/claims.md`): **{c.verdict}**. Rule: {c.rule}.", ""]
+    lines += [f"- {f}" for f in c.findings] + [f"- Exception: {e}" for e in c.exceptions]
+    return "\n".join([*lines, SWEEP_END])
+
+
+def with_block(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    """`text` with the part from `begin` to `end` (markers included) replaced by `block`."""
+    if begin not in text or end not in text:
+        raise ValueError(f"the page has no block to render into: add the markers {begin} and {end}")
+    head, rest = text.split(begin, 1)
+    return head + block + rest.split(end, 1)[1]
 
 
 def _write(path: Path, text: str) -> None:
@@ -175,25 +187,31 @@ def main(argv: list[str] | None = None) -> int:
                                             "result files.")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the page to write (default: assets/results/claims.md)")
     p.add_argument("--readme", type=Path, default=DEFAULT_README, help="the README whose claims block to update")
+    p.add_argument("--training-doc", type=Path, default=DEFAULT_TRAINING_DOC,
+                   help="the page whose rule-sweep block to update (default: docs/training.md)")
     p.add_argument("--root", type=Path, default=None, help="an assets folder to read (default: found by phaseinterp.assets)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a text differs from a fresh render")
     args = p.parse_args(argv)
     data = load_inputs(args.root)
     text = render(data)
-    readme = args.readme.read_text() if args.readme.is_file() else None
-    fresh_readme = with_block(readme, readme_block(data)) if readme is not None else None
+    pages = [(args.out, args.out.read_text() if args.out.is_file() else None, text)]
+    for path, block, begin, end in ((args.readme, readme_block(data), BEGIN, END),
+                                    (args.training_doc, sweep_block(data), SWEEP_BEGIN, SWEEP_END)):
+        if path.is_file():
+            now = path.read_text()
+            pages.append((path, now, with_block(now, block, begin, end)))
     if args.check:
-        stale = [str(path) for path, now, new in ((args.out, args.out.read_text() if args.out.is_file() else None, text),
-                                                  (args.readme, readme, fresh_readme)) if now != new]
+        stale = [str(path) for path, now, new in pages if now != new]
         if stale:
             print(f"stale: {', '.join(stale)}: run `python -m phaseinterp.report.claims`", file=sys.stderr)
             return 1
-        print(f"{args.out} and {args.readme} are up to date")
+        print(f"{', '.join(str(path) for path, _, _ in pages)}: up to date")
         return 0
-    _write(args.out, text)
-    if fresh_readme is not None:
-        _write(args.readme, fresh_readme)
-    print(f"wrote {args.out} ({len(text.splitlines())} lines)" + (f" and {args.readme}'s claims block" if readme else ""))
+    for path, now, new in pages:
+        if now != new:
+            _write(path, new)
+    print(f"wrote {args.out} ({len(text.splitlines())} lines)"
+          + "".join(f" and {path}'s block" for path, now, new in pages[1:] if now != new))
     return 0
 
 

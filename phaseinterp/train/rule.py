@@ -13,7 +13,7 @@ those that are:
 - init: gate offset biases drawn from Normal(0, `GATE_BIAS_INIT_STD`) (random, seed-dependent
   symmetry breaking among offsets);
 - windows of `ALIGNED_FROM_WINDOW` tokens or more, and uniform gates, start phase-aligned: for the first
-  `ALIGNED_STEPS` steps every final query's key sits at one phase mod `table_period(S)` (two
+  `ALIGNED_STEPS` steps every final query's key sits at one phase mod `alignment_modulus(P)` (two
   periods), drawn from the seed (`aligned_phase`); the other phases come in after that;
 - optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
 
@@ -47,10 +47,10 @@ D_HEAD = 64
 #: stayed at 29% lookup accuracy for 5000 steps, at 16 the same seed passed 97% by step 650.
 D_HEAD_FULL = 16
 GATE_BIAS_INIT_STD = 2.0
-#: No W12/S12 or W16/S16 run (nor uniform averaging) learned without the phase-aligned start, nor W10/S10 and
-#: W10/S5 in the rule's generalization sweep; every window up to 8 learned without it (docs/training.md,
-#: "The rule's generalization sweep"). So every window larger than 8 starts aligned.
-ALIGNED_FROM_WINDOW = 9
+#: No W12/S12 or W16/S16 run (nor uniform averaging) learned without the phase-aligned start (docs/training.md).
+#: Aligning windows 9-11 too was tried in the rule's generalization sweep: no aligned W10 run learned, and
+#: W10/S5 learned without it (docs/training.md, "The rule's generalization sweep").
+ALIGNED_FROM_WINDOW = 12
 ALIGNED_STEPS = 2000
 #: Records the rule's rows leave undemonstrated (`Mixture.min_undemonstrated`). 3 removes the
 #: exclusion shortcut every unlearned zoo run took, but W8/S8 then learned in 2 of 6 seeds against
@@ -85,6 +85,15 @@ def table_period(period: int | None = None, **deprecated: Any) -> int:
     return R
 
 
+def alignment_modulus(model_period: int) -> int:
+    """The modulus of a phase-aligned start for a model of period P: two periods, 2P, so that a model that also
+    retrieves at p + P shows the compressor's period rather than the data's. It equals the zoo table's modulus
+    for P = 8, 12, 16 (`table_period`), the zoo's aligned members; for P = 7 or 10 the table's modulus (56, 40)
+    would leave the aligned key one or two positions of a 64-token training row (docs/training.md)."""
+    _check("model_period", model_period, 1)
+    return 2 * model_period
+
+
 def aligned_phase(seed: int, modulus: int) -> int:
     """The phase of a phase-aligned start: drawn from the run seed (not chosen by looking at runs)."""
     return int(np.random.default_rng([0xA1, seed]).integers(modulus))
@@ -111,7 +120,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                 rope: bool = True, layout: str = "generic", width: int = WIDTH, seed: int = 0,
                 aligned: bool | None = None, min_undemonstrated: int | None = None, d_head: int | None = None,
                 offset_bias: bool = True, payload: str = "per_offset", rope_dims: int | None = None,
-                qk_norm: bool = True) -> tuple[ModelConfig, TrainConfig]:
+                qk_norm: bool = True, aligned_modulus: int | None = None) -> tuple[ModelConfig, TrainConfig]:
     """(ModelConfig, TrainConfig) of the recipe rule.
 
     Args:
@@ -127,6 +136,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             data, steps and schedule do not change with it.
         seed: model and data seed.
         aligned: phase-aligned start (None: the rule's choice, `aligned_by_rule`).
+        aligned_modulus: the modulus of the aligned start (None: the rule's, `alignment_modulus`: two periods).
         min_undemonstrated: `Mixture.min_undemonstrated` (None: the rule's, `MIN_UNDEMONSTRATED`).
         d_head: head size (None: the rule's, `D_HEAD`; full attention `D_HEAD_FULL`); the
             control of `experiments/control` gives full attention the compressed members' 64.
@@ -184,10 +194,15 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
         aligned = aligned_by_rule(comp)
     if aligned and comp is None:
         raise ValueError("aligned=True is invalid for layout='full': a phase-aligned start needs a compressor")
+    if aligned_modulus is not None:
+        _check("aligned_modulus", aligned_modulus, 1)
+        if not aligned:
+            raise ValueError(f"aligned_modulus={aligned_modulus} applies only with the aligned start (aligned=True, or a "
+                             f"window of {ALIGNED_FROM_WINDOW} or more, or uniform gates)")
     mixture = dataclasses.replace(MIXTURE, min_undemonstrated=MIN_UNDEMONSTRATED if min_undemonstrated is None
                                   else min_undemonstrated)
     if aligned:
-        modulus = table_period(model_cfg.residue_modulus)
+        modulus = aligned_modulus or alignment_modulus(model_cfg.residue_modulus)
         mixture = dataclasses.replace(mixture, aligned_steps=ALIGNED_STEPS, aligned_modulus=modulus,
                                       aligned_phase=aligned_phase(seed, modulus))
     tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50)
@@ -195,5 +210,5 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
 
 
 __all__ = ["ALIGNED_FROM_WINDOW", "ALIGNED_STEPS", "D_HEAD", "D_HEAD_FULL", "LAYOUTS", "LEARNED_BEST", "LOCAL_WINDOW",
-           "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule", "aligned_phase", "period", "rule_recipe",
-           "steps_for", "table_period"]
+           "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule", "aligned_phase", "alignment_modulus", "period",
+           "rule_recipe", "steps_for", "table_period"]
