@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from phaseinterp.report import claim_checks, claim_findings, claims
+from phaseinterp.report import claim_checks, claim_findings, claim_sweeps, claims
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -251,7 +251,13 @@ def test_docs_quote_what_the_files_say(data):
     assert not learned["zoo-w16s16-s0"] and learned["zoo-w16s16-s1"] and learned["zoo-w12s12-s0"] and learned["zoo-w12s12-s1"]
     assert not any(ok for run, ok in learned.items() if run.startswith(("zoo-w10s10-aligned-", "zoo-w10s5-aligned-")))
     assert not learned["zoo-w20s20-s0"] and not learned["zoo-w20s20-s1"]
+    assert learned["zoo-w24s12-s0"] and not learned["zoo-w24s12-s1"] and "W24/S12 learned in one seed of two" in training
     assert learned["zoo-w10s5-s0"] and not learned["zoo-w10s10-s0"]  # the first two W10 runs, before aligning was tried
+    assert not learned["zoo-w14s7-mod14-s0"] and not learned["zoo-w14s7-mod14-s1"] and learned["zoo-w14s7-s0"]
+    sweep = claim_sweeps.rule_sweep(data)
+    assert sorted(e.split(":")[0] for e in sweep.exceptions) == ["w10s10", "w10s5", "w14s7", "w20s20", "w24s12"]
+    assert "and misses it for the five with windows from 10 on" in training
+    assert "Neither W14/S7 seed learned that way" in training and "seed 0 learned from the rule's one-position start" in training
     assert "no aligned W10 run learned" in training and "neither seed learned" in training
     kernel = next(r for r in data["prefix"]["summary"] if r["model"] == "deepseek-kernel")
     assert kernel["verdict"] == "phase effect, not explained by period 4"

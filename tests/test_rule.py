@@ -168,13 +168,11 @@ def test_the_rule_aligns_windows_from_12_and_uniform_gates_only():
     assert rule_recipe(layout="full")[1].mixture.aligned_steps == 0
 
 
-def test_the_aligned_start_is_modulo_two_periods_and_can_be_overridden():
-    # two periods: the zoo table's modulus where the zoo's aligned members have it (S = 8, 12, 16), 14 for S = 7
+def test_the_aligned_start_is_modulo_the_zoo_tables_modulus_and_can_be_overridden():
     moduli = {(w, s): rule_recipe(w, s, gate="uniform")[1].mixture.aligned_modulus for w, s in ((8, 8), (12, 12), (16, 16), (14, 7))}
-    assert moduli == {(8, 8): 16, (12, 12): 24, (16, 16): 32, (14, 7): 14}
-    assert [table_period(s) for s in (8, 12, 16, 7)] == [16, 24, 32, 56]
-    mix = rule_recipe(10, 10, aligned=True, aligned_modulus=40, seed=1)[1].mixture
-    assert (mix.aligned_modulus, mix.aligned_phase) == (40, aligned_phase(1, 40))
+    assert moduli == {(w, s): table_period(s) for w, s in moduli} == {(8, 8): 16, (12, 12): 24, (16, 16): 32, (14, 7): 56}
+    mix = rule_recipe(14, 7, aligned_modulus=14, seed=1)[1].mixture
+    assert (mix.aligned_modulus, mix.aligned_phase) == (14, aligned_phase(1, 14))
     with pytest.raises(ValueError, match="aligned_modulus=40 applies only with the aligned start"):
         rule_recipe(10, 10, aligned_modulus=40)
     with pytest.raises(ValueError, match=re.escape("aligned_modulus=0 is invalid: allowed an integer >= 1")):
@@ -188,15 +186,16 @@ def test_the_positions_an_aligned_key_can_take_are_what_the_sweep_docs_say():
     def positions(member: str, seed: int) -> list[int]:
         return sorted(set(_target_key_positions(make_batch(zoo_recipe(member, seed)[1].mixture, seed, 0, 256)).tolist()))
 
-    found = {(m, s): positions(m, s) for m in ("w10s10-aligned", "w20s20", "w12s12", "w16s16", "w14s7", "w14s7-mod56")
-             for s in (0, 1)}
+    found = {(m, s): positions(m, s) for m in ("w10s10-aligned", "w20s20", "w12s12", "w16s16", "w14s7", "w14s7-mod14",
+                                               "w24s12") for s in (0, 1)}
     assert found[("w10s10-aligned", 0)] == found[("w20s20", 0)] == [39] and found[("w16s16", 0)] == [31]
     assert found[("w10s10-aligned", 1)] == found[("w20s20", 1)] == [14, 54] and found[("w16s16", 1)] == [11, 43]
-    assert found[("w12s12", 0)] == [23, 47] and found[("w12s12", 1)] == [8, 32, 56]
-    assert found[("w14s7-mod56", 0)] == [55] and found[("w14s7", 0)] == [13, 27, 41, 55]
+    assert found[("w12s12", 0)] == [23, 47] and found[("w12s12", 1)] == found[("w24s12", 1)] == [8, 32, 56]
+    assert found[("w14s7", 0)] == [55] and found[("w14s7", 1)] == [20] and found[("w14s7-mod14", 0)] == [13, 27, 41, 55]
     docs = " ".join((ROOT / "docs" / "training.md").read_text().split())
-    assert ("modulo 40 the key sits at one or two positions of a 64-token row (seed 0: position 39 only; seed 1: "
-            "14 and 54)") in docs
+    assert ("40 for S = 5 and 10, the aligned key sits at one or two positions of a 64-token row (seed 0: position 39 "
+            "only; seed 1: 14 and 54)") in docs
+    assert "four positions of a row (13, 27, 41, 55 for seed 0) instead of one (55; 20 for seed 1)" in docs
 
 
 def test_cli_aligned_start_overrides_the_rule_and_names_the_run(tmp_path):

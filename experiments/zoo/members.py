@@ -45,12 +45,11 @@ EXTRA: dict[str, dict[str, Any]] = {
     # the rule's generalization sweep (`SWEEP`): pairs that are not zoo members, W = S and overlapping
     **{f"w{w}s{s}": {"window": w, "stride": s} for w, s in ((3, 3), (6, 6), (10, 10), (20, 20), (6, 3), (10, 5),
                                                              (14, 7), (24, 12))},
-    # the sweep's W10 pairs with the aligned start the rule gives windows of 12 and more, tried as a change of the
-    # rule when its aligned start was modulo the zoo table's modulus (40 for S = 5 and 10; now two periods)
-    "w10s10-aligned": {"window": 10, "stride": 10, "aligned": True, "aligned_modulus": 40},
-    "w10s5-aligned": {"window": 10, "stride": 5, "aligned": True, "aligned_modulus": 40},
-    # W14/S7 aligned modulo the zoo table's modulus (56, one position of a 64-token row) instead of 2S = 14
-    "w14s7-mod56": {"window": 14, "stride": 7, "aligned_modulus": 56},
+    # the sweep's W10 pairs with the aligned start the rule gives windows of 12 and more (tried as a change of the rule)
+    "w10s10-aligned": {"window": 10, "stride": 10, "aligned": True},
+    "w10s5-aligned": {"window": 10, "stride": 5, "aligned": True},
+    # W14/S7 aligned modulo two periods (14: four positions of a 64-token row) instead of the table's 56 (one)
+    "w14s7-mod14": {"window": 14, "stride": 7, "aligned_modulus": 14},
 }
 #: The generalization sweep of the recipe rule (issue 32): window 3 to 24, W = S and overlapping.
 SWEEP = ("w3s3", "w6s6", "w10s10", "w20s20", "w6s3", "w10s5", "w14s7", "w24s12")

@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
                       help="start phase-aligned: every final query's key at one seed-drawn phase for the first 2000 "
                       "steps (default: the rule's choice, on for windows >= 12 and uniform gates)")
     rule.add_argument("--aligned-modulus", type=int, metavar="R",
-                      help="the aligned start's phase is one residue mod R (default: the rule's, two periods 2S)")
+                      help="the aligned start's phase is one residue mod R (default: the rule's, the zoo table's modulus)")
     rule.add_argument("--min-undemonstrated", type=int, metavar="K",
                       help="records each training row leaves undemonstrated (default: the rule's, 1); 3 removes the "
                       "exclusion shortcut (docs/training.md)")

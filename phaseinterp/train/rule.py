@@ -13,7 +13,7 @@ those that are:
 - init: gate offset biases drawn from Normal(0, `GATE_BIAS_INIT_STD`) (random, seed-dependent
   symmetry breaking among offsets);
 - windows of `ALIGNED_FROM_WINDOW` tokens or more, and uniform gates, start phase-aligned: for the first
-  `ALIGNED_STEPS` steps every final query's key sits at one phase mod `alignment_modulus(P)` (two
+  `ALIGNED_STEPS` steps every final query's key sits at one phase mod `table_period(S)` (two
   periods), drawn from the seed (`aligned_phase`); the other phases come in after that;
 - optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
 
@@ -85,15 +85,6 @@ def table_period(period: int | None = None, **deprecated: Any) -> int:
     return R
 
 
-def alignment_modulus(model_period: int) -> int:
-    """The modulus of a phase-aligned start for a model of period P: two periods, 2P, so that a model that also
-    retrieves at p + P shows the compressor's period rather than the data's. It equals the zoo table's modulus
-    for P = 8, 12, 16 (`table_period`), the zoo's aligned members; for P = 7 or 10 the table's modulus (56, 40)
-    would leave the aligned key one or two positions of a 64-token training row (docs/training.md)."""
-    _check("model_period", model_period, 1)
-    return 2 * model_period
-
-
 def aligned_phase(seed: int, modulus: int) -> int:
     """The phase of a phase-aligned start: drawn from the run seed (not chosen by looking at runs)."""
     return int(np.random.default_rng([0xA1, seed]).integers(modulus))
@@ -136,7 +127,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             data, steps and schedule do not change with it.
         seed: model and data seed.
         aligned: phase-aligned start (None: the rule's choice, `aligned_by_rule`).
-        aligned_modulus: the modulus of the aligned start (None: the rule's, `alignment_modulus`: two periods).
+        aligned_modulus: the modulus of the aligned start (None: the rule's, `table_period`).
         min_undemonstrated: `Mixture.min_undemonstrated` (None: the rule's, `MIN_UNDEMONSTRATED`).
         d_head: head size (None: the rule's, `D_HEAD`; full attention `D_HEAD_FULL`); the
             control of `experiments/control` gives full attention the compressed members' 64.
@@ -202,7 +193,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
     mixture = dataclasses.replace(MIXTURE, min_undemonstrated=MIN_UNDEMONSTRATED if min_undemonstrated is None
                                   else min_undemonstrated)
     if aligned:
-        modulus = aligned_modulus or alignment_modulus(model_cfg.residue_modulus)
+        modulus = aligned_modulus or table_period(model_cfg.residue_modulus)
         mixture = dataclasses.replace(mixture, aligned_steps=ALIGNED_STEPS, aligned_modulus=modulus,
                                       aligned_phase=aligned_phase(seed, modulus))
     tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50)
@@ -210,5 +201,5 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
 
 
 __all__ = ["ALIGNED_FROM_WINDOW", "ALIGNED_STEPS", "D_HEAD", "D_HEAD_FULL", "LAYOUTS", "LEARNED_BEST", "LOCAL_WINDOW",
-           "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule", "aligned_phase", "alignment_modulus", "period",
+           "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule", "aligned_phase", "period",
            "rule_recipe", "steps_for", "table_period"]
