@@ -32,6 +32,19 @@ def _by_member(rows) -> dict[str, list]:
     return dict(out)
 
 
+def _evidence(c: Claim, data: dict, key: str):
+    """The table `key` (None when missing) and its rows; sets the claim's sources, evidence rows, tests and seeds."""
+    d = data.get(key)
+    if d is None:
+        return None, []
+    rows = zoo_rows(data, (key,))
+    c.sources = [data["_paths"][key]]
+    c.rows = [r for r in rows if r.learned and r.phase_effect]
+    c.tests = tests_line(c.rows)
+    c.seeds = seeds_of(rows)
+    return d, rows
+
+
 def _training_rows(run: str, raw: dict) -> str:
     """A run's final training accuracy on rows answerable by exclusion (one undemonstrated record) and on rows
     that need the key (several), against exclusion alone: the exclusion shortcut of docs/training.md."""
@@ -48,14 +61,9 @@ def variants(data: dict) -> Claim:
               "QK-norm, W8/S6, 2 KV heads) keeps weak phases with period S.",
               "a variant supports it when every seed of it that learned has a curve with a phase effect passing both "
               "period-S tests; a variant none of whose seeds learned cannot show it either way and is an exception")
-    d = data.get("variants")
+    d, rows = _evidence(c, data, "variants")
     if d is None:
         return c
-    c.sources = [data["_paths"]["variants"]]
-    rows = zoo_rows(data, ("variants",))
-    c.rows = [r for r in rows if r.learned and r.phase_effect]
-    c.tests = tests_line(c.rows)
-    c.seeds = seeds_of(rows)
     passing = 0
     members = _by_member(rows)
     for m, group in members.items():
@@ -89,15 +97,10 @@ def rule_sweep(data: dict) -> Claim:
               f"a pair passes when at least ceil({LEARNED_SHARE} x seeds) of its seeds learned (best residue >= 80% in "
               f"either protocol) and none of its runs took more than {CPU_MINUTES} CPU minutes; holds when every pair "
               "passes")
-    d = data.get("rule_sweep")
+    d, rows = _evidence(c, data, "rule_sweep")
     if d is None:
         return c
-    c.sources = [data["_paths"]["rule_sweep"]]
-    rows = zoo_rows(data, ("rule_sweep",))
     raw = {(r["model"], r["protocol"]): r for r in d["rows"]}
-    c.rows = [r for r in rows if r.learned and r.phase_effect]
-    c.tests = tests_line(c.rows)
-    c.seeds = seeds_of(rows)
     passing = 0
     members = _by_member(rows)
     overrides = {m: members.pop(m) for m in list(members) if not PAIR.fullmatch(m)}
