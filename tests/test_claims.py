@@ -250,6 +250,9 @@ def test_docs_quote_what_the_files_say(data):
     # "Where the sweep stops, and why": which aligned runs learned
     assert not learned["zoo-w16s16-s0"] and learned["zoo-w16s16-s1"] and learned["zoo-w12s12-s0"] and learned["zoo-w12s12-s1"]
     assert not any(ok for run, ok in learned.items() if run.startswith(("zoo-w10s10-aligned-", "zoo-w10s5-aligned-")))
+    shortcut = [r["training_rows"] for r in data["rule_sweep"]["rows"] if r["model"].startswith("zoo-w10s10-aligned-")]
+    assert len(shortcut) == 4 and all(t["several"] > t["several_by_exclusion_alone"] for t in shortcut)
+    assert "both aligned W10/S10 runs rose above exclusion alone on rows that need the key" in training
     assert not learned["zoo-w20s20-s0"] and not learned["zoo-w20s20-s1"]
     assert learned["zoo-w24s12-s0"] and not learned["zoo-w24s12-s1"] and "W24/S12 learned in one seed of two" in training
     assert learned["zoo-w10s5-s0"] and not learned["zoo-w10s10-s0"]  # the first two W10 runs, before aligning was tried
