@@ -32,7 +32,7 @@ def _by_member(rows) -> dict[str, list]:
     return dict(out)
 
 
-def _evidence(c: Claim, data: dict, key: str):
+def _evidence(c: Claim, data: dict, key: str) -> tuple[dict | None, list]:
     """The table `key` (None when missing) and its rows; sets the claim's sources, evidence rows, tests and seeds."""
     d = data.get(key)
     if d is None:
@@ -45,10 +45,9 @@ def _evidence(c: Claim, data: dict, key: str):
     return d, rows
 
 
-def _training_rows(run: str, raw: dict) -> str:
+def _training_rows(run: str, t: dict | None) -> str:
     """A run's final training accuracy on rows answerable by exclusion (one undemonstrated record) and on rows
     that need the key (several), against exclusion alone: the exclusion shortcut of docs/training.md."""
-    t = next((r.get("training_rows") for (m, _), r in raw.items() if m == run and r.get("training_rows")), None)
     if not t:
         return ""
     return (f"{run} training accuracy {t['one']:.2f} with one undemonstrated record, {t['several']:.2f} with several "
@@ -100,7 +99,6 @@ def rule_sweep(data: dict) -> Claim:
     d, rows = _evidence(c, data, "rule_sweep")
     if d is None:
         return c
-    raw = {(r["model"], r["protocol"]): r for r in d["rows"]}
     passing = 0
     members = _by_member(rows)
     overrides = {m: members.pop(m) for m in list(members) if not PAIR.fullmatch(m)}
@@ -108,20 +106,20 @@ def rule_sweep(data: dict) -> Claim:
         runs = sorted({r.run for r in group})
         learned = sorted({r.run for r in group if r.learned})
         need = math.ceil(LEARNED_SHARE * len(runs))
-        minutes = {run: raw[(run, p)]["cpu_time_s"] / 60 for run in runs for p in ("prefix", "insequence")
-                   if (run, p) in raw and raw[(run, p)].get("cpu_time_s") is not None}
+        mine = [r for r in d["rows"] if r["model"] in runs]  # the table's rows of this member, both protocols
+        minutes = {r["model"]: r["cpu_time_s"] / 60 for r in mine if r.get("cpu_time_s") is not None}
         slow = sorted(run for run, t in minutes.items() if t > CPU_MINUTES)
-        aligned = {raw[k].get("aligned_start") is not None for k in raw if k[0] in runs}
-        steps = sorted({raw[k]["steps"] for k in raw if k[0] in runs})
-        best = max(raw[k]["best"] for k in raw if k[0] in runs)
-        moduli = sorted({raw[k]["aligned_start"]["modulus"] for k in raw if k[0] in runs and raw[k].get("aligned_start")})
-        start = (f"phase-aligned start (mod {'/'.join(map(str, moduli))})" if aligned == {True} else "no aligned start"
-                 if aligned == {False} else "mixed start")
+        starts = [r.get("aligned_start") for r in mine]
+        moduli = sorted({a["modulus"] for a in starts if a})
+        start = (f"phase-aligned start (mod {'/'.join(map(str, moduli))})" if all(starts) else "no aligned start"
+                 if not any(starts) else "mixed start")
         label = f"{m} (overrides the rule, not counted)" if m in overrides else m
-        shortcut = [_training_rows(run, raw) for run in runs if run not in learned]
-        c.findings.append(f"{label}: {len(learned)} of {len(runs)} seeds learned; {'/'.join(map(str, steps))} steps, "
+        training = {r["model"]: r.get("training_rows") for r in mine}
+        shortcut = [_training_rows(run, training.get(run)) for run in runs if run not in learned]
+        steps = "/".join(map(str, sorted({r["steps"] for r in mine})))
+        c.findings.append(f"{label}: {len(learned)} of {len(runs)} seeds learned; {steps} steps, "
                           f"{start}, CPU {', '.join(f'{t:.1f}' for t in minutes.values())} min; best residue of any "
-                          f"curve {100 * best:.0f}%" + (f"; {'; '.join(s for s in shortcut if s)}" if any(shortcut) else "")
+                          f"curve {100 * max(r['best'] for r in mine):.0f}%" + (f"; {'; '.join(s for s in shortcut if s)}" if any(shortcut) else "")
                           + ".")
         if m in overrides:
             continue
@@ -140,9 +138,7 @@ def rule_sweep(data: dict) -> Claim:
     extra = sorted(set(d.get("not_trained") or []) - set(untrained))
     if extra:
         c.findings.append(f"Override runs not trained: {', '.join(extra)}.")
-    c.verdict = share_verdict(passing, len(members) + (1 if untrained else 0))
-    if c.verdict == "holds with exceptions":
-        c.verdict = "does not hold"  # the criterion is every pair, not most
+    c.verdict = "holds" if members and passing == len(members) and not untrained else "does not hold"  # every pair
     return c
 
 

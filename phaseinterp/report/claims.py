@@ -8,8 +8,9 @@ the seeds behind it, both tests (spectral: `dominant_period`; permutation: `p_ph
 and its exceptions by name. A claim whose evidence is not in the files says "no result file" and is not a pass.
 Optional inputs (the control on a harder task, the paper's variants, the rule's sweep, the member table across
 seeds, gate cycling, the theory) are read when present. README.md quotes the verdict table between the markers
-`<!-- claims:begin -->` and `<!-- claims:end -->`, docs/training.md the rule's sweep (B7) between `<!-- rule-sweep:begin -->` and
-`<!-- rule-sweep:end -->`; `tests/test_claims.py` fails when any of these texts differs from a fresh render.
+`<!-- claims:begin -->` and `<!-- claims:end -->`, docs/training.md the rule's sweep (B7) between
+`<!-- rule-sweep:begin -->` and `<!-- rule-sweep:end -->`; `tests/test_claims.py` fails when any of these texts
+differs from a fresh render.
 """
 
 from __future__ import annotations
