@@ -112,12 +112,12 @@ def _exclusion_text(summary: dict[str, Any] | None) -> str:
     return "" if summary is None else f"{summary['one']:.2f} / {summary['several']:.2f}"
 
 
-def training_rows(card_path: Path, model) -> dict[str, Any]:
-    """`exclusion_summary` of a zoo checkpoint (`model`, loaded) on its own training mixture (one value per card)."""
+def training_rows(card_path: Path, model, n_rows: int = 1024) -> dict[str, Any]:
+    """`exclusion_summary` of a zoo checkpoint (`model`, loaded) on `n_rows` rows of its own training mixture."""
     from phaseinterp.train.data import Mixture
 
     card = json.loads(card_path.read_text())
-    by_k = accuracy_by_undemonstrated(model, Mixture.from_dict(card["train_config"]["mixture"]))
+    by_k = accuracy_by_undemonstrated(model, Mixture.from_dict(card["train_config"]["mixture"]), n_rows=n_rows)
     return exclusion_summary(by_k["by_undemonstrated"])
 
 

@@ -28,6 +28,7 @@ from phaseinterp.gates import gate_kind
 from phaseinterp.layouts import layout_of
 from phaseinterp.model.layers import RMSNorm
 from phaseinterp.model.hook_point import HookPoint
+from phaseinterp.model.static import tracing
 
 
 def window_starts(cc: CompressionConfig, n_entries: int, device: torch.device | None = None) -> Int[Tensor, " entry"]:
@@ -86,7 +87,7 @@ def _through_maps(windows: Float[Tensor, "batch entry window d_model"], maps: Fl
     reading the windows in place, is 4-7x faster on CPU than the batched matmul einsum runs (2,048
     windows of 8 x 256, one output column); its backward is slower, so autograd keeps the einsum, and
     so does torch.compile (which was no faster with the loop)."""
-    if torch.compiler.is_compiling() or maps.shape[-1] > NARROW_LOGITS or (
+    if tracing() or maps.shape[-1] > NARROW_LOGITS or (
             torch.is_grad_enabled() and (windows.requires_grad or maps.requires_grad)):
         return torch.einsum("bnwd,wde->bnwe", windows, maps)
     return torch.stack([windows[:, :, i] @ maps[i] for i in range(maps.shape[0])], dim=2)
@@ -127,7 +128,7 @@ class Compressor(nn.Module):
         """`weight[index + first]`: the map of each window offset. The index buffer is checked again
         whenever it changes (gate cycling rolls `gate_index` in place)."""
         index = getattr(self, index_name)
-        if torch.compiler.is_compiling():  # the check below is Python state: compiled, it would guard and recompile
+        if tracing():  # the check below is Python state: compiled, it would guard and recompile
             return weight[index + first]
         key = (index.data_ptr(), index._version)
         seen = self._arange_seen.get(index_name)

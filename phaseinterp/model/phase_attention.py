@@ -23,6 +23,7 @@ from torch import Tensor
 
 from phaseinterp.config import CompressionConfig
 from phaseinterp.model.joint_attention import fused_joint_attention, local_key_mask, local_windows
+from phaseinterp.model.static import tracing
 
 _flash_with_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
@@ -111,7 +112,7 @@ def _local_flash(cc: CompressionConfig, q: Tensor, k: Tensor, v: Tensor, scale: 
         o, s = _flash_with_lse(q[:, t0:t1].transpose(1, 2), k[:, lo:t1].transpose(1, 2), v[:, lo:t1].transpose(1, 2),
                                0.0, False, attn_mask=mask, scale=scale)
         none = ~allowed.any(dim=-1)  # "tail" windows are empty right after an entry completes
-        if none.any():
+        if tracing() or none.any():  # masking nothing is a no-op; the test reads a value on the host
             o, s = o.masked_fill(none[:, None], 0.0), s.masked_fill(none, float("-inf"))
         out[:, t0:t1] = o.transpose(1, 2)
         lse[:, :, t0:t1] = s

@@ -16,6 +16,7 @@ from phaseinterp.model.compressor import Compressor
 from phaseinterp.model.layers import RMSNorm
 from transformer_lens import ActivationCache, HookedRootModule
 from phaseinterp.model.hook_point import HookPoint, missing_hook_point
+from phaseinterp.model.static import tracing
 
 
 class MLP(nn.Module):
@@ -171,8 +172,8 @@ class HookedCompressedTransformer(HookedRootModule):
         if tokens.shape[1] < (2 if return_type in ("loss", "both") else 1):
             raise ValueError(f"tokens have {tokens.shape[1]} positions: allowed at least "
                              + ("2 for a next-token loss" if return_type in ("loss", "both") else "1"))
-        # (a compiled training step checks its tokens before the call: this check would split the graph)
-        if not torch.compiler.is_compiling() and tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
+        # (a compiled or graph-captured step checks its tokens before the call: this check reads values on the host)
+        if not tracing() and tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size):
             bad = tokens[(tokens < 0) | (tokens >= self.cfg.vocab_size)][0].item()
             raise ValueError(f"token id {bad} out of range: allowed 0..{self.cfg.vocab_size - 1}")
         resid = self.hook_embed(self.W_E[tokens])

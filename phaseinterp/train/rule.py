@@ -16,6 +16,9 @@ those that are:
   `ALIGNED_STEPS` steps every final query's key sits at one phase mod `table_period(S)` (two
   periods), drawn from the seed (`aligned_phase`); the other phases come in after that;
 - optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
+- long rows (`seq_len` above 64, e.g. 256): `long_mixture(seq_len, max_records)`, the same mixture
+  with up to `max_records` records, 3-15 demonstrations and a records curriculum over
+  `LONG_CURRICULUM_STEPS` steps; every arm of a table gets the same `lr` (never one per arm).
 
 "Learned" = the best residue reaches `LEARNED_BEST` on the matched task (a compressed model may
 still fail most residues: that is the effect). The zoo (`experiments/zoo/`) is a set of members
@@ -38,6 +41,7 @@ import numpy as np
 from phaseinterp.config import CompressionConfig, ModelConfig, renamed_keyword, uniform_schedule
 from phaseinterp.presets import DEEPSEEK_CSA
 from phaseinterp.train.config import TrainConfig
+from phaseinterp.train.data import Mixture
 from phaseinterp.train.evaluate import LEARNED_BEST
 from phaseinterp.train.recipes import MIXTURE, TRAIN, VOCAB
 
@@ -58,6 +62,9 @@ ALIGNED_STEPS = 2000
 MIN_UNDEMONSTRATED = 1
 N_HEADS = 4
 LOCAL_WINDOW = 16
+#: Long rows: demonstrations per row (each one an answer the loss reads) and the records curriculum.
+LONG_MAX_DEMOS = 15
+LONG_CURRICULUM_STEPS = 1000
 LAYOUTS = ("generic", "deepseek-csa", "full")
 
 
@@ -102,6 +109,24 @@ def steps_for(window: int | None) -> int:
     return 5000 if window is None else 2000 + 375 * window
 
 
+def long_mixture(seq_len: int, max_records: int, vocab_size: int = VOCAB) -> Mixture:
+    """The rule's mixture on rows of `seq_len` tokens with 2..`max_records` records over a vocabulary of
+    `vocab_size` (`MIXTURE` otherwise: 3-`LONG_MAX_DEMOS` demonstrations, at most records - 1; the
+    records cap grows over `LONG_CURRICULUM_STEPS` steps). 64-token rows with 10 records are `MIXTURE`."""
+    _check("seq_len", seq_len, 16)
+    _check("max_records", max_records, 2)
+    _check("vocab_size", vocab_size, 8)
+    if (seq_len, max_records, vocab_size) == (MIXTURE.seq_len, MIXTURE.max_records, MIXTURE.vocab_size):
+        return MIXTURE
+    demos = min(LONG_MAX_DEMOS, max_records - 1)
+    need = 2 + 2 * max_records + 2 * demos
+    if seq_len < need:
+        raise ValueError(f"seq_len={seq_len} is invalid with max_records={max_records}: allowed >= {need} (BOS, "
+                         f"{max_records} records, {demos} demonstrations and the query)")
+    return dataclasses.replace(MIXTURE, vocab_size=vocab_size, seq_len=seq_len, max_records=max_records,
+                               min_demos=min(MIXTURE.min_demos, demos), max_demos=demos, curriculum_steps=LONG_CURRICULUM_STEPS)
+
+
 def _check(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= {low}")
@@ -111,7 +136,8 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                 rope: bool = True, layout: str = "generic", width: int = WIDTH, seed: int = 0,
                 aligned: bool | None = None, min_undemonstrated: int | None = None, d_head: int | None = None,
                 offset_bias: bool = True, payload: str = "per_offset", rope_dims: int | None = None,
-                qk_norm: bool = True, aligned_modulus: int | None = None) -> tuple[ModelConfig, TrainConfig]:
+                qk_norm: bool = True, aligned_modulus: int | None = None, seq_len: int = 64, max_records: int = 10,
+                lr: float | None = None, vocab_size: int = VOCAB) -> tuple[ModelConfig, TrainConfig]:
     """(ModelConfig, TrainConfig) of the recipe rule.
 
     Args:
@@ -135,6 +161,9 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             offset bias b_i, one "shared" payload map instead of "per_offset" maps, partial RoPE on
             `rope_dims` trailing channels (None: RoPE on all, or none with rope=False).
         qk_norm: False drops QK-norm (the paper's "no QK-norm" variant).
+        seq_len, max_records, vocab_size: the training rows and vocabulary (`long_mixture`; 64, 10 and
+            256: `MIXTURE`).
+        lr: peak learning rate (None: `recipes.TRAIN`'s 3e-3); a table gives all its arms one.
 
     Raises:
         ValueError: naming the bad argument and what is allowed.
@@ -176,9 +205,9 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             spec = dataclasses.replace(DEEPSEEK_CSA, rope="partial" if rope else "none",
                                        rope_dims=DEEPSEEK_CSA.rope_dims if rope else None, local_window=LOCAL_WINDOW)
     comp = None if spec == "full" else spec
-    model_cfg = ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=2, n_heads=max(N_HEADS, kv_heads),
+    model_cfg = ModelConfig(vocab_size=vocab_size, d_model=width, n_layers=2, n_heads=max(N_HEADS, kv_heads),
                             n_kv_heads=kv_heads, d_head=d_head or (D_HEAD_FULL if comp is None else D_HEAD), d_mlp=3 * width,
-                            n_ctx=512, layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD,
+                            n_ctx=max(512, 2 * seq_len), layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD,
                             qk_norm=qk_norm)
     steps = steps_for(None if comp is None else comp.window)
     if aligned is None:
@@ -190,16 +219,18 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
         if not aligned:
             raise ValueError(f"aligned_modulus={aligned_modulus} applies only with the aligned start (aligned=True, or a "
                              f"window of {ALIGNED_FROM_WINDOW} or more, or uniform gates)")
-    mixture = dataclasses.replace(MIXTURE, min_undemonstrated=MIN_UNDEMONSTRATED if min_undemonstrated is None
+    mixture = dataclasses.replace(long_mixture(seq_len, max_records, vocab_size), min_undemonstrated=MIN_UNDEMONSTRATED if min_undemonstrated is None
                                   else min_undemonstrated)
     if aligned:
         modulus = aligned_modulus or table_period(model_cfg.residue_modulus)
         mixture = dataclasses.replace(mixture, aligned_steps=ALIGNED_STEPS, aligned_modulus=modulus,
                                       aligned_phase=aligned_phase(seed, modulus))
-    tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50)
+    tcfg = TRAIN.replace(steps=steps, seed=seed, mixture=mixture, checkpoint_every=steps, log_every=50,
+                         lr=TRAIN.lr if lr is None else lr)
     return model_cfg, tcfg
 
 
 __all__ = ["ALIGNED_FROM_WINDOW", "ALIGNED_STEPS", "D_HEAD", "D_HEAD_FULL", "LAYOUTS", "LEARNED_BEST", "LOCAL_WINDOW",
-           "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule", "aligned_phase", "period",
+           "LONG_CURRICULUM_STEPS", "LONG_MAX_DEMOS", "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule",
+           "aligned_phase", "long_mixture", "period",
            "rule_recipe", "steps_for", "table_period"]
