@@ -23,9 +23,14 @@ def checkpoint(tmp_path_factory):
 
 def test_knockout_command_reports_the_planted_owners(checkpoint, tmp_path, capsys):
     out = tmp_path / "ko"  # the task comes from the checkpoint's card (64 records would not fit vocab 32)
-    assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--n-boot", "50", "--patching",
+    # 600 replicates: p can reach 2/601, under BH's q * 2 / 8 for the two planted cells of 8 (default: BH-FDR)
+    assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--n-boot", "600", "--patching",
                  "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
+    sig = summary["significance"]
+    assert (sig["which"], sig["rule"], sig["cells"], sig["fdr"], sig["uncorrected"]) == ("fdr", "BH-FDR q=0.05", 8, 2, 2)
+    assert "note" not in sig and summary["patch_mapping"]["significance"]["rule"] == "BH-FDR q=0.05"
+    assert "not significant, BH-FDR q=0.05" in (out / "knockout_map.html").read_text()
     assert summary["source"]["task"]["from_card"] and summary["source"]["task"]["n_records"] == 6
     assert summary["coverage"] == {"L0.KV0": [0], "L0.KV1": [2]} and summary["uncovered_residues"] == [1, 3]
     assert summary["clean"]["worst"] == 0.0 and summary["method"] == "incremental"
@@ -35,15 +40,27 @@ def test_knockout_command_reports_the_planted_owners(checkpoint, tmp_path, capsy
     assert smap.sel(layer=0, kv_head=0)[0] == -100.0 and smap.meta["source"]["checkpoint"] == str(checkpoint)
     for name in ("knockout_map.csv", "knockout_map.html", "clean_curve.json", "patch_mapping.json", "patch_phase.html"):
         assert (out / name).stat().st_size > 0
-    assert "coverage" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "coverage (knockout <= -50 pp, significant: BH-FDR q=0.05)" in printed
+    assert "significant cells: 2 of 8 at BH-FDR q=0.05, 2 with the uncorrected interval" in printed
 
 
 def test_self_calibrated_knockout_command_finds_the_same_owners(checkpoint, tmp_path, capsys):
     out = tmp_path / "self"
     assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--n-boot", "50", "--self-calibration",
-                 "--out", str(out)]) == 0
+                 "--significance", "uncorrected", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["coverage"] == {"L0.KV0": [0], "L0.KV1": [2]}
+    assert summary["coverage"] == {"L0.KV0": [0], "L0.KV1": [2]}  # uncorrected: 50 replicates are enough
+    assert summary["significance"]["rule"] == "uncorrected 95% interval"
+    assert "significant: uncorrected 95% interval" in capsys.readouterr().out
+    fdr = tmp_path / "fdr"  # the default rule with 50 replicates: p >= 2/51, so BH over 8 cells calls none, and says why
+    assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--n-boot", "50", "--self-calibration",
+                 "--out", str(fdr)]) == 0
+    summary = json.loads((fdr / "summary.json").read_text())
+    assert summary["coverage"] == {"L0.KV0": [], "L0.KV1": []} and summary["significance"]["uncorrected"] == 2
+    assert "a lone effect cannot pass BH-FDR" in summary["significance"]["note"] and "--n-boot 319" in capsys.readouterr().out
+    assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--fdr-q", "1.5", "--out", str(tmp_path / "q")]) == 2
+    assert "q=1.5 out of range (0, 1)" in capsys.readouterr().err
     assert SpecializationMap.load(out / "knockout_map.json").meta["calibration"]["kind"] == "self"
     assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--self-calibration", "--n-calib", "4",
                  "--out", str(tmp_path / "both")]) == 2

@@ -58,6 +58,8 @@ def test_relative_change_is_masked_where_clean_accuracy_is_not_reliably_above_ch
     assert m.masked[0, :, [1, 3]].all()
     assert not m.masked[0, :, [0, 2]].any() and m.meta["masked"]["residues"] == [1, 3]
     assert "interval lower bound is below 0.25" in m.meta["masked"]["reason"]
+    assert np.isnan(m.p[0][:, [1, 3]]).all() and m.fdr_family.tolist() == [[[True, False, True, False]] * 2]
+    assert (m.p[0, 0, 0], m.p[0, 1, 2]) == (2 / 101, 2 / 101)  # every replicate -100: the floor 2 / (n_boot + 1)
     assert np.isnan(m.lo[0, 0, 1]) and np.isnan(m.hi[0, 1, 3])  # masked cells carry no interval either
     strict = knockout_map(model, batch, calib, change="relative", floor=1.0, n_boot=100)
     assert strict.meta["masked"]["residues"] == [1, 3]  # clean accuracy 1.0 at residues 0 and 2: lower bound 1.0

@@ -100,6 +100,7 @@ def test_branch_knockout_changes_output_and_a_noop_warns():
         warnings.simplefilter("error")
         m = branch_knockout(model, batch, n_boot=20)
     assert m.shape == (2, 3, 8) and m.coords["branch"] == ["compress", "select", "sliding"]
+    assert m.p.shape == m.shape and ((m.p > 0) & (m.p <= 1)).all()  # per-cell bootstrap p-values, never 0
     with torch.no_grad():  # close the compressed branch's gate everywhere: zeroing it is then a no-op
         for block in model.blocks:
             block.attn.nsa.to_strategy_combine[0].bias[0::3] = -1e4

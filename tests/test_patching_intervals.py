@@ -46,7 +46,8 @@ def test_the_normalized_metric_and_the_pp_change_are_both_carried(setup):
     norm = activation_patching(model, pair, unit="z", level="kv_head", n_boot=200, seed=3, change="normalized")
     assert norm.lo is None and norm.quantity == "normalized logit difference restored" and norm.clip == 1.0
     np.testing.assert_array_equal(pp.extras["normalized"], norm.values)
-    for ext, arr in (("change_pp", pp.values), ("change_pp_lo", pp.lo), ("change_pp_hi", pp.hi)):
+    assert norm.p is None and pp.p.shape == pp.shape  # no interval on normalized values, so no p
+    for ext, arr in (("change_pp", pp.values), ("change_pp_lo", pp.lo), ("change_pp_hi", pp.hi), ("change_pp_p", pp.p)):
         np.testing.assert_array_equal(norm.extras[ext], arr)
     assert norm.masked[0][:, [1, 3]].all() and pp.meta["intervention"]["change"] == "absolute"
     for h, r in OWNED.items():
@@ -73,9 +74,9 @@ def test_the_interval_is_the_knockout_maps_bootstrap(setup):
     calib = RecordLookup(vocab_size=32, n_records=6, n_demos=1).sample(8, 4, seed=0, split="calibration")
     k = knockout_map(model, batch, calib, n_boot=150, seed=5)  # the knockout map's cells: the same helper
     clean = is_correct(final_logits(model, batch.tokens, batch.query_pos), batch.answers).numpy()
-    point, klo, khi, _, acc = stats.accuracy_change(clean, _knocked(model, batch, calib), batch.residue.numpy(),
+    point, klo, khi, _, acc, kp = stats.accuracy_change(clean, _knocked(model, batch, calib), batch.residue.numpy(),
                                                     batch.example_id.numpy(), 4, n_boot=150, seed=5)
-    for got, want in ((k.values, point), (k.lo, klo), (k.hi, khi), (k.extras["acc_knockout"], acc)):
+    for got, want in ((k.values, point), (k.lo, klo), (k.hi, khi), (k.extras["acc_knockout"], acc), (k.p, kp)):
         np.testing.assert_array_equal(got.reshape(2, 4), want)
 
 
@@ -106,9 +107,10 @@ def test_accuracy_change_flags_a_planted_effect_and_not_a_noisy_null():
     base = rng.random(n) < 0.5
     effect = base | (rng.random(n) < 0.6)  # fixes ~60% of the wrong rows: +30 pp
     null = rng.random(n) < 0.5  # unrelated to the base, same accuracy in expectation
-    point, lo, hi, acc_base, _ = stats.accuracy_change(base, np.stack([effect, null]), residue, cluster, R, n_boot=1000)
+    point, lo, hi, acc_base, _, p = stats.accuracy_change(base, np.stack([effect, null]), residue, cluster, R, n_boot=1000)
     assert (lo[0] > 0).all() and (point[0] > 15).all()
     assert ((lo[1] < 0) & (hi[1] > 0)).all()  # the null's interval includes 0 at every residue
+    assert (p[0] < 0.01).all() and (p[1] > 0.05).all()  # and the p-values from the same replicates agree
     assert ((lo <= point) & (point <= hi)).all()
     np.testing.assert_allclose(acc_base, [base[residue == r].mean() for r in range(R)])
 

@@ -12,10 +12,17 @@ from phaseinterp.commands._common import (add_model_args, add_task_args, load_mo
                                           write_json, add_guard_args)
 from phaseinterp.units import LEVELS
 
+#: `SpecializationMap`'s significance rules (measure.specialization.SIGNIFICANCE; spelled out here so
+#: that `--help` imports no numpy: tests/test_startup.py).
+SIGNIFICANCE = ("fdr", "uncorrected")
+
 DESCRIPTION = """Knock out the query heads of each KV head (--level) at the final position with their
 mean over a disjoint calibration set (--replacement), on record lookup, and write
 OUT/knockout_map.{json,csv,html}, OUT/clean_curve.json and OUT/summary.json. Works on a checkpoint
-or on a random-weight model (--preset NAME --seed N)."""
+or on a random-weight model (--preset NAME --seed N). Significant cells are, by default, those
+that survive Benjamini-Hochberg control of the false discovery rate across the map's cells
+(--significance fdr, --fdr-q 0.05); --significance uncorrected marks every cell whose 95% interval
+excludes 0 instead (~5% of null cells pass that one)."""
 
 
 def register(subparsers: Any) -> None:
@@ -41,7 +48,13 @@ def register(subparsers: Any) -> None:
                         "residue is masked (default 0.25)")
     p.add_argument("--threshold", type=float, default=50.0,
                    help="a unit owns a residue when its knockout lowers accuracy by >= this many pp (%% with --change "
-                        "relative) and the interval excludes 0 (default 50)")
+                        "relative) and the cell is significant (--significance; default 50)")
+    p.add_argument("--significance", choices=SIGNIFICANCE, default="fdr",
+                   help="which cells count as significant in the figures, the printed map and the coverage: 'fdr' "
+                        "(default: Benjamini-Hochberg across the map's cells at --fdr-q, from per-cell bootstrap "
+                        "p-values) or 'uncorrected' (each cell's 95%% interval excludes 0)")
+    p.add_argument("--fdr-q", type=float, default=0.05,
+                   help="the false discovery rate for --significance fdr, in (0, 1) (default 0.05)")
     p.add_argument("--patching", action="store_true",
                    help="also write head-output patching maps (phase swap +1, mapping swap): accuracy restored in pp "
                         "with a cluster-bootstrap interval (the normalized logit difference in their 'normalized' column)")
@@ -64,6 +77,9 @@ def _positions(text: str):
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap, phase_swap
 
+    from phaseinterp.measure.pvalues import check_q
+
+    check_q(getattr(args, "fdr_q", 0.05))  # before the model runs: a bad q fails at once
     model = load_model(args)
     task, modulus = make_task(args, model)
     batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
@@ -104,37 +120,46 @@ def run(args: argparse.Namespace) -> int:
 
     res = compute(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     smap: SpecializationMap = res["knockout"]
+    which, q = getattr(args, "significance", "fdr"), getattr(args, "fdr_q", 0.05)
+    sig, rule = smap.significance(which, q)  # the one rule the figures, the table and the coverage use
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     smap.save(out / "knockout_map.json")
     smap.save(out / "knockout_map.csv")
-    save_html(map_figure(smap, title=f"{model_label(args)}: KV-head knockout, {smap.quantity}"),
+    save_html(map_figure(smap, title=f"{model_label(args)}: KV-head knockout, {smap.quantity}", significance=which, q=q),
               out / "knockout_map.html")
     curve = PhaseCurve.from_dict(smap.clean)
     curve.to_json(out / "clean_curve.json")
     save_html(phase_figure(curve), out / "clean_curve.html")
     summary = {"source": source(args), "clean": curve.summary(), "threshold": args.threshold,
-               "coverage": smap.coverage(args.threshold, significant=True),
-               "uncovered_residues": smap.uncovered(args.threshold, significant=True), "masked": smap.meta.get("masked"),
+               "significance": _significance_summary(smap, which, q),
+               "coverage": smap.coverage(args.threshold, significant=which, q=q),
+               "uncovered_residues": smap.uncovered(args.threshold, significant=which, q=q),
+               "masked": smap.meta.get("masked"),
                "units": unit_summary(smap), "top": smap.top(10).to_dict(orient="records"),
                "method": smap.meta["intervention"]["method"]}
     for key in ("patch_mapping", "patch_phase"):
         if key in res:
             res[key].save(out / f"{key}.json")
             res[key].save(out / f"{key}.csv")
-            save_html(map_figure(res[key]), out / f"{key}.html")
+            save_html(map_figure(res[key], significance=which, q=q), out / f"{key}.html")
             summary[key] = {"quantity": res[key].quantity, "top": res[key].top(6).to_dict(orient="records"),
-                            "coverage": res[key].coverage(args.threshold, significant=True)}
+                            "significance": _significance_summary(res[key], which, q),
+                            "coverage": res[key].coverage(args.threshold, significant=which, q=q)}
     write_json(out / "summary.json", summary)
     print(repr(curve))
     print(repr(smap))
     print(f"{'unit':>8} " + " ".join(f"{r:>7}" for r in smap.coords["residue"]))
-    sig, masked = smap.as_2d(smap.significant), smap.as_2d(smap.masked)
+    sig, masked = smap.as_2d(sig), smap.as_2d(smap.masked)
     for label, row, s, m in zip(smap.row_labels(), smap.as_2d(), sig, masked):
         cells = ["masked" if m[i] else "nan" if row[i] != row[i] else f"{row[i]:.0f}" if s[i] else f"({row[i]:.0f})"
                  for i in range(len(row))]
         print(f"{label:>8} " + " ".join(f"{c:>7}" for c in cells))
-    print("  (value): the interval includes 0, not significant")
+    counts = summary["significance"]
+    print(f"  (value): not significant, {rule}; significant cells: {counts['fdr']} of {counts['cells']} at BH-FDR "
+          f"q={q:g}, {counts['uncorrected']} with the uncorrected interval")
+    if counts.get("note"):
+        print(f"  note: {counts['note']}")
     if smap.meta.get("masked"):
         print(f"  masked: {smap.meta['masked']['reason']} (residues {smap.meta['masked']['residues']})")
     unit = "%" if smap.quantity.startswith("relative") else " pp"
@@ -145,11 +170,31 @@ def run(args: argparse.Namespace) -> int:
     if curve.n_correct.sum() == 0:
         print("note: the clean model is wrong at every residue: a knockout cannot lower its accuracy; "
               "knockouts need a model that retrieves")
-    print(f"coverage (knockout <= -{args.threshold:g}{unit}, interval excluding 0): {json.dumps(summary['coverage'])}")
+    print(f"coverage (knockout <= -{args.threshold:g}{unit}, significant: {rule}): {json.dumps(summary['coverage'])}")
     print(f"residues no unit covers: {summary['uncovered_residues']}")
     for key in ("patch_mapping", "patch_phase"):
         if key in summary:
-            print(f"{key} (restores >= {args.threshold:g} pp, interval excluding 0): "
+            print(f"{key} (restores >= {args.threshold:g} pp, significant: {summary[key]['significance']['rule']}): "
                   f"{json.dumps(summary[key]['coverage'])}")
     print(f"wrote {out}/knockout_map.json, .csv, .html, clean_curve.json, summary.json")
     return 0
+
+
+def _significance_summary(smap, which: str, q: float) -> dict[str, Any]:
+    """What summary.json says about significance: the rule used, the cell counts under both rules
+    (None where the map lacks intervals or p-values), and a note when the bootstrap is too small for
+    BH to pass a lone effect (its p-value floor, 2 / (n_boot + 1), is above q / cells)."""
+    import numpy as np
+
+    from phaseinterp.measure.pvalues import min_n_boot
+
+    sig, fdr = smap.significant, smap.significant_fdr(q)
+    cells = int((np.isfinite(smap.values) if fdr is None else smap.fdr_family).sum())
+    out = {"which": which, "q": q, "rule": smap.significance(which, q)[1], "cells": cells,
+           "uncorrected": None if sig is None else int(sig.sum()), "fdr": None if fdr is None else int(fdr.sum())}
+    n_boot, need = smap.meta.get("n_boot"), min_n_boot(max(cells, 1), q)
+    if which == "fdr" and fdr is not None and n_boot is not None and n_boot < need:
+        out["note"] = (f"with --n-boot {n_boot} the smallest bootstrap p-value is 2/(n_boot+1) = {2 / (n_boot + 1):.3g}, "
+                       f"above q/cells = {q / max(cells, 1):.3g}: a lone effect cannot pass BH-FDR (several strong ones "
+                       f"can); --n-boot {need} or more lets one")
+    return out

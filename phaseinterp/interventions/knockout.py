@@ -316,7 +316,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     Returns:
         SpecializationMap with dims (layer, level, residue) (level "layer": axis "heads" =
         ["all"]), values in pp (or %, masked below `floor`), `lo`/`hi` bootstrap bounds
-        (`significant`: the interval excludes 0), extras `acc_knockout`, `masked` and the clean curve.
+        (`significant`: the interval excludes 0), two-sided bootstrap p-values `p` from the same
+        replicates (`significant_fdr(q)`: Benjamini-Hochberg across the map's cells), extras
+        `acc_knockout`, `masked` and the clean curve.
 
     Warns:
         UserWarning: naming the units whose knockout changed no logit.
@@ -343,8 +345,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     clean, ko, unchanged, used = _knocked_out_correct(model, batch, units, calibration, journal, progress=progress, **settings)
     warn_unchanged([units[i].name for i in unchanged], f"knockout ({replacement})")
     res, R = batch.residue.cpu().numpy(), batch.modulus
-    rel, lo, hi, _, acc_ko = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R, change=change,
-                                             n_boot=n_boot, confidence=confidence, seed=seed)
+    rel, lo, hi, _, acc_ko, p = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R, change=change,
+                                                n_boot=n_boot, confidence=confidence, seed=seed)
     layer_ids = sorted({u.layer for u in units})
     n_unit = level_size(model.cfg, level)
     shape = (len(layer_ids), n_unit, R)
@@ -357,14 +359,14 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     if change == "relative":
         unreliable = ~(curve.boot_lo >= floor)  # nan (no rows) is unreliable too
         masked[..., unreliable] = True
-        rel, lo, hi = (np.where(masked.reshape(rel.shape), np.nan, a) for a in (rel, lo, hi))
+        rel, lo, hi, p = (np.where(masked.reshape(rel.shape), np.nan, a) for a in (rel, lo, hi, p))  # p too: out of the BH family
         mask_note = {"reason": f"relative change not reported where the clean accuracy's {confidence:.0%} interval "
                                f"lower bound is below {floor:g} (dividing by a near-zero accuracy)",
                      "floor": floor, "residues": [int(r) for r in np.flatnonzero(unreliable)]}
     return SpecializationMap(
         values=rel.reshape(shape), dims=("layer", axis, "residue"),
         coords={"layer": layer_ids, axis: unit_coords(model.cfg, level), "residue": list(range(R))},
-        lo=lo.reshape(shape), hi=hi.reshape(shape),
+        lo=lo.reshape(shape), hi=hi.reshape(shape), p=p.reshape(shape),
         extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape),
                 "masked": masked},
         clean=curve.to_dict(), direction=-1, clip=100.0,

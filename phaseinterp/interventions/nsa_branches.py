@@ -10,16 +10,14 @@ that changes no logit warns, naming it (e.g. a branch whose gate is closed).
 
 from __future__ import annotations
 
-import warnings
 from typing import Sequence
 
-import numpy as np
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
-from phaseinterp.interventions.stats import by_residue, paired_cluster_bootstrap
+from phaseinterp.interventions.stats import accuracy_change
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
@@ -54,8 +52,8 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
         progress: a progress bar over the forwards (default; `phaseinterp.progress`); False: silent.
 
     Returns:
-        SpecializationMap, dims ("layer", "branch", "residue"), values in pp, bootstrap `lo`/`hi`,
-        extras `acc_knockout`, the clean curve.
+        SpecializationMap, dims ("layer", "branch", "residue"), values in pp, bootstrap `lo`/`hi`
+        and p-values `p` (`significant_fdr`: BH across the map), extras `acc_knockout`, the clean curve.
 
     Warns:
         UserWarning: naming the knockouts that changed no logit.
@@ -87,19 +85,17 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
     clean = (clean_logits.argmax(-1)[:, None] == answers).any(-1).cpu().numpy()
     ko = (ko_logits.argmax(-1)[..., None] == answers).any(-1).cpu().numpy()
     res, R = batch.residue.cpu().numpy(), batch.modulus
-    acc_clean, acc_ko = by_residue(clean.astype(np.float64), res, R), by_residue(ko.astype(np.float64), res, R)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = paired_cluster_bootstrap(clean, ko, res, batch.example_id.cpu().numpy(), R, n_boot=n_boot,
-                                           confidence=confidence, seed=seed, change="absolute")
+    # the knockout maps' cells: the change in pp, its paired cluster-bootstrap interval and p-value
+    change, lo, hi, _, acc_ko, p = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R,
+                                                   change="absolute", n_boot=n_boot, confidence=confidence, seed=seed)
     shape = (len(layer_ids), len(branches), R)
     S = model_period(model)
     curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
                                     confidence=confidence, seed=seed, label=f"{label} clean".strip())
     return SpecializationMap(
-        values=(100 * (acc_ko - acc_clean[None])).reshape(shape), dims=("layer", "branch", "residue"),
+        values=change.reshape(shape), dims=("layer", "branch", "residue"),
         coords={"layer": layer_ids, "branch": branches, "residue": list(range(R))},
-        lo=lo.reshape(shape), hi=hi.reshape(shape), extras={"acc_knockout": acc_ko.reshape(shape)},
+        lo=lo.reshape(shape), hi=hi.reshape(shape), p=p.reshape(shape), extras={"acc_knockout": acc_ko.reshape(shape)},
         clean=curve.to_dict(), direction=-1, clip=100.0, quantity="absolute accuracy change (pp)",
         meta={"label": label, "intervention": {"kind": "branch_knockout", "replacement": "zero", "positions": positions},
               "model": model_config(model), "task": batch.meta, "seed": seed, "n_boot": n_boot,

@@ -3,8 +3,9 @@ activation, and measure what comes back, per unit and residue, as
 
     absolute change (default)  100 * (acc_patched - acc_corrupt) in percentage points, both
                                scored against the clean answer, with a paired cluster-bootstrap
-                               interval (`lo`, `hi`; `significant` where it excludes 0), the
-                               statistics of the knockout maps (`stats.accuracy_change`);
+                               interval (`lo`, `hi`; `significant` where it excludes 0) and
+                               bootstrap p-values (`p`; `significant_fdr`: BH across the map),
+                               the statistics of the knockout maps (`stats.accuracy_change`);
     normalized                 (patched - corrupt) / (clean - corrupt) of the answer logit
                                difference, 1 = fully restored, 0 = no effect (always in
                                `extras["normalized"]`; the map's values with change="normalized").
@@ -132,11 +133,12 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
 
     Returns:
         SpecializationMap (direction +1): values in pp with `lo`/`hi` (`significant`: the
-        interval excludes 0; clip 100), or with change="normalized" the normalized metric
-        (clip 1; no interval). Dims (layer, level, residue) for z (level "layer": axis "heads"
+        interval excludes 0; clip 100) and `p` (two-sided bootstrap p-values from the same
+        replicates; `significant_fdr(q)`: BH across the map's cells), or with change="normalized"
+        the normalized metric (clip 1; no interval, no p). Dims (layer, level, residue) for z (level "layer": axis "heads"
         = ["all"]), (layer, position, residue) for resid, and (layer, branch, kv_head, residue)
         for entries and gates (nan where a layer lacks a branch). Extras: "normalized",
-        "change_pp", "change_pp_lo", "change_pp_hi", "acc_patched", the clean-corrupt gap per
+        "change_pp", "change_pp_lo", "change_pp_hi", "change_pp_p", "acc_patched", the clean-corrupt gap per
         residue and "masked"; meta: clean/corrupt logit differences and accuracies.
 
     Raises:
@@ -303,9 +305,9 @@ def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Te
     # clean rows' logical examples (a pairing keeps one corrupt row per clean row)
     base_ok = is_correct(corrupt_logits, clean.answers).cpu().numpy()
     patched_ok = patched["ok"]
-    pp, lo, hi, acc_corrupt, acc_patched = accuracy_change(base_ok, patched_ok, res, clean.example_id.cpu().numpy(), R,
-                                                 change="absolute", n_boot=stats["n_boot"],
-                                                 confidence=stats["confidence"], seed=stats["seed"])
+    pp, lo, hi, acc_corrupt, acc_patched, p = accuracy_change(base_ok, patched_ok, res, clean.example_id.cpu().numpy(),
+                                                              R, change="absolute", n_boot=stats["n_boot"],
+                                                              confidence=stats["confidence"], seed=stats["seed"])
     dims, coords = layout
     shape = tuple(len(coords[d]) for d in dims) + (R,)
     cells = lambda per_unit: _cells(per_unit, shape, present)  # noqa: E731
@@ -317,15 +319,16 @@ def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Te
         "rel_min": rel_min, "residues": [int(r) for r in np.flatnonzero(small)]}
     extras = {"clean_minus_corrupt": np.broadcast_to(gap, shape), "masked": masked, "acc_patched": cells(acc_patched)}
     if normalized:
-        values, bounds, quantity, clip = cells(norm), (None, None), "normalized logit difference restored", 1.0
-        extras.update(change_pp=cells(pp), change_pp_lo=cells(lo), change_pp_hi=cells(hi))
+        # the normalized values have no interval, so no p-value: the pp change's test rides along in the extras
+        values, bounds, quantity, clip = cells(norm), (None, None, None), "normalized logit difference restored", 1.0
+        extras.update(change_pp=cells(pp), change_pp_lo=cells(lo), change_pp_hi=cells(hi), change_pp_p=cells(p))
     else:
-        values, bounds, quantity, clip = cells(pp), (cells(lo), cells(hi)), "absolute accuracy change (pp)", 100.0
+        values, bounds, quantity, clip = cells(pp), (cells(lo), cells(hi), cells(p)), "absolute accuracy change (pp)", 100.0
         extras["normalized"] = cells(norm)
     acc = lambda lg, b: by_residue((lg.argmax(-1).cpu()[:, None] == b.answers.cpu()).any(1).numpy().astype(float), res, R)  # noqa: E731
     return SpecializationMap(
         values=values, dims=(*dims, "residue"), coords={**coords, "residue": list(range(R))}, lo=bounds[0],
-        hi=bounds[1], extras=extras, quantity=quantity, direction=1, clip=clip,
+        hi=bounds[1], p=bounds[2], extras=extras, quantity=quantity, direction=1, clip=clip,
         meta={"intervention": intervention, "masked": mask_note,
               "logit_diff": {"clean": by_residue(ld_clean, res, R), "corrupt": by_residue(ld_corrupt, res, R)},
               "accuracy": {"clean": acc(clean_logits, clean), "corrupt": acc(corrupt_logits, corrupt),

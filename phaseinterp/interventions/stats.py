@@ -3,18 +3,20 @@
 One bootstrap for every map (knockout, patching, NSA branch knockouts, induction sweeps):
 `paired_cluster_bootstrap` resamples the logical examples once per replicate and scores the base
 run and the edited runs on the same draw; `accuracy_change` is a map's cells from it (the point
-change per unit and residue and its interval)."""
+change per unit and residue, its interval and its two-sided bootstrap p-value, both read from the
+same replicates)."""
 
 from __future__ import annotations
 
 import warnings
-from typing import Union
+from typing import NamedTuple, Union
 
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
 from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.measure.intervals import percentile_interval
+from phaseinterp.measure.pvalues import bootstrap_p_value
 
 
 def by_residue(x: Float[np.ndarray, "*units row"], residue: Int[np.ndarray, " row"], modulus: int
@@ -51,16 +53,17 @@ def absolute_change(clean: Union[Float[np.ndarray, "..."], Number], edited: Unio
 CHANGES = {"relative": relative_change, "absolute": absolute_change}
 
 
-def paired_cluster_bootstrap(clean: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
-                             residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
-                             n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, change: str = "relative"
-                             ) -> tuple[Float[np.ndarray, "unit modulus"], Float[np.ndarray, "unit modulus"]]:
-    """Percentile interval of the accuracy change per unit and residue.
+def paired_cluster_replicates(clean: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
+                              residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
+                              n_boot: int = 2000, seed: int = 0, change: str = "relative"
+                              ) -> Float[np.ndarray, "n_boot unit modulus"]:
+    """Bootstrap replicates of the accuracy change per unit and residue.
 
     Each replicate draws the logical examples (clusters) with replacement, once, and computes
     both the base ("clean") and the edited accuracy on that draw (paired), then the `change`:
     "relative", `100 * (acc_edited - acc_clean) / acc_clean` (replicates with clean accuracy 0
-    are nan), or "absolute", `100 * (acc_edited - acc_clean)` in points.
+    are nan), or "absolute", `100 * (acc_edited - acc_clean)` in points. Intervals
+    (`percentile_interval`) and p-values (`measure.pvalues.bootstrap_p_value`) both read these.
     """
     if change not in CHANGES:
         raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
@@ -77,28 +80,47 @@ def paired_cluster_bootstrap(clean: Bool[np.ndarray, " row"], edited: Bool[np.nd
         acc_c = (m @ Kc) / n
         acc_e = np.einsum("bc,ucr->ubr", m, Ke) / n
     rel = CHANGES[change](acc_c[None], acc_e)  # [unit, boot, modulus]
-    lo, hi = percentile_interval(np.moveaxis(rel, 1, 0), confidence)
-    return lo, hi
+    return np.moveaxis(rel, 1, 0)
+
+
+def paired_cluster_bootstrap(clean: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
+                             residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
+                             n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, change: str = "relative"
+                             ) -> tuple[Float[np.ndarray, "unit modulus"], Float[np.ndarray, "unit modulus"]]:
+    """Percentile interval of the accuracy change per unit and residue: the `confidence`
+    quantiles of `paired_cluster_replicates` (see there for the resampling and `change`)."""
+    reps = paired_cluster_replicates(clean, edited, residue, cluster, modulus, n_boot=n_boot, seed=seed, change=change)
+    return percentile_interval(reps, confidence)
 
 
 #: The bootstrap's former name (it has computed absolute changes too since `change` was added).
 paired_bootstrap_relative = paired_cluster_bootstrap
 
 
+class AccuracyChange(NamedTuple):
+    """A map's cells per unit and residue (`accuracy_change`), unpacked in this order."""
+
+    change: Float[np.ndarray, "unit modulus"]  # edited against base: pp ("absolute") or % ("relative")
+    lo: Float[np.ndarray, "unit modulus"]  # percentile interval of the paired cluster bootstrap
+    hi: Float[np.ndarray, "unit modulus"]
+    base: Float[np.ndarray, " modulus"]  # base accuracy per residue
+    edited: Float[np.ndarray, "unit modulus"]  # edited accuracy per unit and residue
+    p: Float[np.ndarray, "unit modulus"]  # two-sided bootstrap p-value of "no change", same replicates
+
+
 def accuracy_change(base: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"],
                     residue: Int[np.ndarray, " row"], cluster: Int[np.ndarray, " row"], modulus: int, *,
                     change: str = "absolute", n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
-                    ) -> tuple[Float[np.ndarray, "unit modulus"], Float[np.ndarray, "unit modulus"],
-                               Float[np.ndarray, "unit modulus"], Float[np.ndarray, " modulus"],
-                               Float[np.ndarray, "unit modulus"]]:
-    """A map's cells: (change, lo, hi, base accuracy, edited accuracy) per unit and residue, the
-    change of the edited runs' accuracy against the base run's (`change`: "absolute" pp or
-    "relative" %) with its `paired_cluster_bootstrap` interval.
+                    ) -> AccuracyChange:
+    """A map's cells: (change, lo, hi, base accuracy, edited accuracy, p) per unit and residue,
+    the change of the edited runs' accuracy against the base run's (`change`: "absolute" pp or
+    "relative" %) with its `paired_cluster_bootstrap` interval and the two-sided bootstrap
+    p-value of "no change" (`measure.pvalues.bootstrap_p_value`) from the same replicates.
 
     Example:
         >>> base = np.array([True, False, True, False]); edited = np.array([[True, True, True, True]])
-        >>> change, lo, hi, _, _ = accuracy_change(base, edited, np.array([0, 0, 1, 1]), np.arange(4), 2, n_boot=200)
-        >>> change.tolist()
+        >>> cells = accuracy_change(base, edited, np.array([0, 0, 1, 1]), np.arange(4), 2, n_boot=200)
+        >>> cells.change.tolist()
         [[50.0, 50.0]]
     """
     if change not in CHANGES:
@@ -108,6 +130,7 @@ def accuracy_change(base: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "un
     point = CHANGES[change](acc_base[None], acc_edited)
     with warnings.catch_warnings():  # residues without rows, or a base accuracy of 0 in a replicate: nan
         warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = paired_cluster_bootstrap(base, edited, residue, cluster, modulus, n_boot=n_boot,
-                                          confidence=confidence, seed=seed, change=change)
-    return point, lo, hi, acc_base, acc_edited
+        reps = paired_cluster_replicates(base, edited, residue, cluster, modulus, n_boot=n_boot, seed=seed,
+                                         change=change)
+        lo, hi = percentile_interval(reps, confidence)
+    return AccuracyChange(point, lo, hi, acc_base, acc_edited, bootstrap_p_value(reps))

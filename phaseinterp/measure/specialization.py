@@ -1,5 +1,6 @@
 """`SpecializationMap`: a labeled array of intervention effects (e.g. layer x KV head x residue)
-with its provenance, ranking, coverage, tables, JSON round trip and a heatmap."""
+with its provenance, significance (uncorrected intervals, BH-FDR over the map's cells), ranking,
+coverage, tables, JSON round trip and a heatmap."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ from jaxtyping import Bool, Float, Shaped
 
 from phaseinterp.measure.outputs import atomic_path, write_atomic
 from phaseinterp.measure.provenance import dumps, jsonable, versions
+from phaseinterp.measure.pvalues import bh_adjust, check_q
 from phaseinterp.units import PREFIX, Unit
 
 BY = ("important", "abs", "neg", "pos")
+#: Which cells figures, summaries and `coverage` call significant: "fdr", Benjamini-Hochberg at
+#: level q across the map's estimable cells (needs `p`); "uncorrected", each cell's interval excludes 0.
+SIGNIFICANCE = ("fdr", "uncorrected")
 
 
 def _from_json_array(x: Any) -> np.ndarray:
@@ -33,6 +38,9 @@ class SpecializationMap:
         dims: axis names, e.g. ("layer", "kv_head", "residue"); the last is drawn on x.
         coords: labels of each axis, e.g. {"layer": [0, 1], "kv_head": [0, 1], "residue": [0, 1, 2, 3]}.
         lo, hi: optional interval bounds of the same shape (bootstrap).
+        p: optional two-sided bootstrap p-values of "no effect" of the same shape, from the
+            replicates that give `lo`/`hi` (nan where a cell cannot be estimated or is masked);
+            None for maps without them (files written before they existed, hand-built maps).
         extras: further arrays with the same leading axes (e.g. accuracy after knockout).
         clean: the clean phase curve as a dict (`PhaseCurve.to_dict()`), when there is one.
         quantity: what a value means, e.g. "relative accuracy change (%)".
@@ -61,6 +69,7 @@ class SpecializationMap:
     direction: int = -1
     clip: float | int | None = 100.0
     meta: dict[str, Any] = field(default_factory=dict)
+    p: np.ndarray | None = None  # last, so that positional (values, dims, coords, lo, hi, extras) calls keep working
 
     def __post_init__(self) -> None:
         self.values = np.asarray(self.values, dtype=np.float64)
@@ -73,7 +82,7 @@ class SpecializationMap:
         for d, n in zip(self.dims, self.values.shape):
             if len(self.coords[d]) != n:
                 raise ValueError(f"coords[{d!r}] has {len(self.coords[d])} labels for an axis of length {n}")
-        for name in ("lo", "hi"):
+        for name in ("lo", "hi", "p"):
             a = getattr(self, name)
             if a is not None:
                 a = np.asarray(a, dtype=np.float64)
@@ -155,6 +164,71 @@ class SpecializationMap:
             return (self.hi < 0) | (self.lo > 0)
 
     @property
+    def fdr_family(self) -> Bool[np.ndarray, "..."] | None:
+        """The cells BH corrects over (None without p-values): every estimable cell, i.e. a finite
+        value and p-value and not masked; nan and masked cells are out of the family."""
+        if self.p is None:
+            return None
+        return np.isfinite(self.p) & np.isfinite(self.values) & ~self.masked
+
+    @property
+    def p_fdr(self) -> Float[np.ndarray, "..."] | None:
+        """Benjamini-Hochberg adjusted p-values over `fdr_family` (nan outside it; None without p)."""
+        family = self.fdr_family
+        return None if family is None else bh_adjust(self.p, family)
+
+    def significant_fdr(self, q: float = 0.05) -> Bool[np.ndarray, "..."] | None:
+        """Cells significant with the false discovery rate controlled at `q` across the map
+        (Benjamini-Hochberg over `fdr_family`: adjusted p <= q); None without p-values. Cells out
+        of the family are never significant. `significant` stays the uncorrected call.
+
+        Example:
+            >>> m = SpecializationMap(np.array([[-9.0, -8.0, -1.0, 0.0]]), ("layer", "residue"),
+            ...                       {"layer": [0], "residue": [0, 1, 2, 3]}, p=np.array([[0.01, 0.04, 0.03, 0.2]]))
+            >>> m.significant_fdr(0.05).tolist()  # adjusted: 0.04, 0.053, 0.053, 0.2
+            [[True, False, False, False]]
+        """
+        check_q(q)
+        adjusted = self.p_fdr
+        if adjusted is None:
+            return None
+        with np.errstate(invalid="ignore"):
+            return adjusted <= q
+
+    def significance(self, which: str = "fdr", q: float = 0.05) -> tuple[Bool[np.ndarray, "..."] | None, str]:
+        """The cells a figure or summary calls significant, and the name of that rule:
+        which="fdr" -> `significant_fdr(q)`, "BH-FDR q=0.05"; "uncorrected" -> `significant`,
+        "uncorrected 95% interval" (the map's `meta["confidence"]`). A map without p-values asked
+        for "fdr" answers with its uncorrected cells and says so in the name; (None, "") without
+        intervals."""
+        if which not in SIGNIFICANCE:
+            raise ValueError(f"which={which!r} is invalid: allowed one of {list(SIGNIFICANCE)}")
+        check_q(q)
+        if self.significant is None:
+            return None, ""
+        uncorrected = f"uncorrected {float(self.meta.get('confidence', 0.95)):.0%} interval"
+        if which == "uncorrected":
+            return self.significant, uncorrected
+        if self.p is None:
+            return self.significant, f"{uncorrected} (no p-values in this map for BH-FDR)"
+        return self.significant_fdr(q), f"BH-FDR q={q:g}"
+
+    def _significant_cells(self, significant: bool | str, q: float) -> Bool[np.ndarray, "..."] | None:
+        """`coverage`'s filter: False -> none; True or "uncorrected" -> the interval excludes 0 (no
+        filter for a map without intervals, as before); "fdr" -> BH at q, which needs p-values."""
+        if not isinstance(significant, str):  # the former bool flag: True = the interval excludes 0
+            return self.significant if significant else None
+        if significant == "uncorrected":
+            return self.significant
+        if significant == "fdr":
+            if self.p is None:
+                raise ValueError("significant='fdr' needs the map's p-values and this map has none (built or saved "
+                                 "before they existed): recompute it, or use significant='uncorrected'")
+            return self.significant_fdr(q)
+        raise ValueError(f"significant={significant!r} is invalid: allowed False, True (= 'uncorrected'), "
+                         "'uncorrected' or 'fdr'")
+
+    @property
     def masked(self) -> Bool[np.ndarray, "..."]:
         """Cells left out on purpose (nan with a reason in `meta["masked"]`), e.g. relative changes
         where the clean accuracy is not reliably above chance."""
@@ -172,40 +246,45 @@ class SpecializationMap:
         order = [i for i in order if np.isfinite(score[i])][:k]
         return self.to_pandas().iloc[order].reset_index(drop=True)
 
-    def coverage(self, threshold: float | int = 50.0, *, dim: str | None = None, significant: bool = False
-                 ) -> dict[str, list]:
+    def coverage(self, threshold: float | int = 50.0, *, dim: str | None = None, significant: bool | str = False,
+                 q: float = 0.05) -> dict[str, list]:
         """Per row unit (e.g. "L1.KV0"), the labels of `dim` (default the last axis, the
         residue) where the unit matters: value <= -threshold (direction -1), >= threshold (+1),
-        or |value| >= threshold (0). With `significant`, the interval must also exclude 0."""
-        dim = self.dims[-1] if dim is None else dim
-        if dim != self.dims[-1]:
-            moved = SpecializationMap(np.moveaxis(self.values, self.dims.index(dim), -1),
-                                      tuple(d for d in self.dims if d != dim) + (dim,), self.coords,
-                                      None if self.lo is None else np.moveaxis(self.lo, self.dims.index(dim), -1),
-                                      None if self.hi is None else np.moveaxis(self.hi, self.dims.index(dim), -1),
-                                      direction=self.direction)
-            return moved.coverage(threshold, significant=significant)
+        or |value| >= threshold (0). `significant` also asks the cell to be significant:
+        "fdr" (BH across the map's cells at level `q`, needs p-values), "uncorrected" or True
+        (its interval excludes 0), False (no test)."""
+        sig = self._significant_cells(significant, q)
         if self.direction == -1:
             hit = self.values <= -threshold
         elif self.direction == 1:
             hit = self.values >= threshold
         else:
             hit = np.abs(self.values) >= threshold
-        if significant and self.significant is not None:
-            hit &= self.significant
+        if sig is not None:
+            hit &= sig
+        dim = self.dims[-1] if dim is None else dim
+        if dim not in self.dims:
+            raise ValueError(f"dim={dim!r} is invalid: allowed {list(self.dims)}")
+        view = self
+        if dim != self.dims[-1]:  # rows = the other axes, in order; `dim` becomes the last axis
+            axis = self.dims.index(dim)
+            hit = np.moveaxis(hit, axis, -1)
+            view = SpecializationMap(np.moveaxis(self.values, axis, -1), tuple(d for d in self.dims if d != dim) + (dim,),
+                                     self.coords)
         labels = self.coords[dim]
-        return {row: [labels[j] for j in np.flatnonzero(h)] for row, h in zip(self.row_labels(), self.as_2d(hit))}
+        return {row: [labels[j] for j in np.flatnonzero(h)] for row, h in zip(view.row_labels(), view.as_2d(hit))}
 
-    def uncovered(self, threshold: float | int = 50.0, *, significant: bool = False) -> list:
+    def uncovered(self, threshold: float | int = 50.0, *, significant: bool | str = False, q: float = 0.05) -> list:
         """Labels of the last axis (residues) that no unit covers at `threshold` (see `coverage`)."""
-        cov = self.coverage(threshold, significant=significant)
+        cov = self.coverage(threshold, significant=significant, q=q)
         hit = {r for rs in cov.values() for r in rs}
         return [r for r in self.coords[self.dims[-1]] if r not in hit]
 
-    def to_pandas(self) -> pd.DataFrame:
+    def to_pandas(self, q: float = 0.05) -> pd.DataFrame:
         """Long table: one row per cell with a column per axis, `unit` (row label), `value`,
-        `lo`/`hi` and `significant` (the interval excludes 0) when present, and one column per
-        extra array of the same shape (e.g. `masked`)."""
+        `lo`/`hi` and `significant` (the interval excludes 0, uncorrected) when present, `p`,
+        `p_fdr` (BH-adjusted) and `significant_fdr` (p_fdr <= q) when the map has p-values, and one
+        column per extra array of the same shape (e.g. `masked`)."""
         grids = np.meshgrid(*[np.arange(n) for n in self.shape], indexing="ij")
         df = pd.DataFrame({d: np.asarray(self.coords[d], dtype=object)[g.reshape(-1)] for d, g in zip(self.dims, grids)})
         rows = np.repeat(self.row_labels(), self.shape[-1])
@@ -214,6 +293,9 @@ class SpecializationMap:
         if self.lo is not None:
             df["lo"], df["hi"] = self.lo.reshape(-1), self.hi.reshape(-1)
             df["significant"] = self.significant.reshape(-1)
+        if self.p is not None:
+            df["p"], df["p_fdr"] = self.p.reshape(-1), self.p_fdr.reshape(-1)
+            df["significant_fdr"] = self.significant_fdr(q).reshape(-1)
         for k, v in self.extras.items():
             if v.shape == self.shape:
                 df[k] = v.reshape(-1)
@@ -226,7 +308,7 @@ class SpecializationMap:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (nan -> None)."""
         return jsonable({"kind": "SpecializationMap", "dims": list(self.dims), "coords": self.coords,
-                         "values": self.values, "lo": self.lo, "hi": self.hi, "extras": self.extras,
+                         "values": self.values, "lo": self.lo, "hi": self.hi, "p": self.p, "extras": self.extras,
                          "clean": self.clean, "quantity": self.quantity, "direction": self.direction,
                          "clip": self.clip, "meta": {**self.meta, "versions": self.meta.get("versions", versions())}})
 
@@ -237,6 +319,7 @@ class SpecializationMap:
         return cls(values=_from_json_array(d["values"]), dims=tuple(d["dims"]), coords=d["coords"],
                    lo=None if d["lo"] is None else _from_json_array(d["lo"]),
                    hi=None if d["hi"] is None else _from_json_array(d["hi"]),
+                   p=None if d.get("p") is None else _from_json_array(d["p"]),  # files before p-values: None
                    extras={k: _from_json_array(v) for k, v in d["extras"].items()}, clean=d["clean"],
                    quantity=d["quantity"], direction=d["direction"], clip=d["clip"], meta=d["meta"])
 
@@ -273,7 +356,15 @@ class SpecializationMap:
         shape = " x ".join(f"{d}[{n}]" for d, n in zip(self.dims, self.shape))
         finite = self.values[np.isfinite(self.values)]
         rng = f", range [{finite.min():.3g}, {finite.max():.3g}]" if finite.size else ""
-        return f"SpecializationMap({what + ': ' if what else ''}{shape}, {self.quantity or 'value'}{rng})"
+        return f"SpecializationMap({what + ': ' if what else ''}{shape}, {self.quantity or 'value'}{rng}{self._sig_counts()})"
+
+    def _sig_counts(self, q: float = 0.05) -> str:
+        """", significant: 7 of 128 uncorrected, 3 at BH-FDR q=0.05" (what repr and Jupyter show)."""
+        if self.significant is None:
+            return ""
+        n = int(np.isfinite(self.values).sum() if self.p is None else self.fdr_family.sum())
+        out = f", significant: {int(self.significant.sum())} of {n} uncorrected"
+        return out + ("" if self.p is None else f", {int(self.significant_fdr(q).sum())} at BH-FDR q={q:g}")
 
     def _repr_html_(self) -> str:
         """Jupyter: the heatmap (offline; plotly imported only here), then this repr."""
@@ -304,4 +395,5 @@ def stack_maps(maps: Sequence[SpecializationMap], dim: str, labels: Sequence[Any
     stack = lambda xs: None if any(x is None for x in xs) else np.stack(xs)  # noqa: E731
     return SpecializationMap(np.stack([m.values for m in maps]), (dim, *first.dims), {dim: list(labels), **first.coords},
                              stack([m.lo for m in maps]), stack([m.hi for m in maps]), quantity=first.quantity,
-                             direction=first.direction, clip=first.clip, meta={"stacked": [m.meta for m in maps]})
+                             direction=first.direction, clip=first.clip, meta={"stacked": [m.meta for m in maps]},
+                             p=stack([m.p for m in maps]))  # one BH family: every stacked map's cells

@@ -15,7 +15,7 @@ SpecializationMap = GateAttribution = CyclingResult = Any
 
 
 def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, title: str | None = None,
-               show_values: bool = True) -> go.Figure:
+               show_values: bool = True, significance: str = "fdr", q: float = 0.05) -> go.Figure:
     """Diverging heatmap of a map: last axis (residue) on x, the other axes flattened on y
     ("layer.head", first unit on top), colors centered at 0 and clipped at +-clip.
 
@@ -25,10 +25,16 @@ def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, titl
             Values beyond are drawn at the end color; the hover shows the true value.
         title: figure title (default: the quantity and intervention).
         show_values: print rounded values in the cells.
+        significance: which cells count as significant: "fdr" (default; Benjamini-Hochberg at
+            level `q` across the map's cells, `smap.significant_fdr(q)`) or "uncorrected" (each
+            cell's interval excludes 0, `smap.significant`). A map without p-values (saved before
+            they existed) shows its uncorrected cells and the subtitle says so.
+        q: the false discovery rate for "fdr".
 
-    Cells whose interval includes 0 print their value in parentheses (not significant); masked
-    cells (`smap.masked`, e.g. relative changes at unreliable clean accuracy) are gray and say
-    "masked", the reason in the subtitle; the hover names each cell's state.
+    Cells that are not significant print their value in parentheses; the subtitle names the rule
+    ("BH-FDR q=0.05" or "uncorrected 95% interval"). Masked cells (`smap.masked`, e.g. relative
+    changes at unreliable clean accuracy) are gray and say "masked", the reason in the subtitle;
+    the hover names each cell's state.
 
     Returns:
         A plotly Figure: the map's Heatmap trace (`zmid=0`, `zmin=-clip`, `zmax=clip`), last, under
@@ -52,12 +58,15 @@ def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, titl
     rows = smap.row_labels()
     xs = [str(v) for v in smap.coords[x_dim]]
     shown = np.clip(z, -c, c)
-    sig = smap.significant
+    sig, rule = smap.significance(significance, q)  # (None, "") for a map without intervals: nothing marked
     sig = np.ones(z.shape, dtype=bool) if sig is None else smap.as_2d(sig)
     masked = smap.as_2d(smap.masked)
     fmt = np.vectorize(lambda v: f"{v:.0f}" if c >= 10 else f"{v:.2f}")(np.nan_to_num(z))
     text = np.where(~np.isfinite(z), "", np.where(sig, fmt, np.char.add(np.char.add("(", fmt), ")")))
-    state = np.where(masked, "masked", np.where(sig, "interval excludes 0", "not significant (interval includes 0)"))
+    state = np.where(sig, f"significant, {rule}", f"not significant, {rule}") if rule else np.full(z.shape, "")
+    if rule and smap.p is not None:  # the cell's own bootstrap p-value on hover
+        state = np.char.add(state, np.vectorize(lambda p: f"<br>bootstrap p={p:.3g}" if p == p else "")(smap.as_2d(smap.p)))
+    state = np.where(masked, "masked", state)
     custom = np.stack([z, state], axis=-1).astype(object)
     hover = "%{y} " + x_dim + "=%{x}<br>value=%{customdata[0]:.4g}<br>%{customdata[1]}<extra></extra>"
     traces = []
@@ -75,8 +84,8 @@ def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, titl
         kind = smap.meta.get("intervention", {}).get("kind", "") if isinstance(smap.meta.get("intervention"), dict) else ""
         title = f"{kind}: {smap.quantity}" if kind else smap.quantity
     notes = []
-    if smap.significant is not None:
-        notes.append("(value): interval includes 0, not significant")
+    if rule:
+        notes.append(f"(value): not significant, {rule}")
     if masked.any():
         reason = (smap.meta.get("masked") or {}).get("reason", "left out on purpose")
         notes.append(f"gray: masked, {reason}")
