@@ -29,9 +29,9 @@ from experiments.long_rows.members import recipe, run_name, table_runs
 SMOKE = {"steps": 4, "batch_size": 4}
 
 
-def _configs(member: str, seed: int, task: tuple[int, int], lr: float, smoke: bool, *, warmup: int = 100,
+def _configs(member: str, seed: int, task: tuple[int, int, int], lr: float, smoke: bool, *, warmup: int = 100,
              steps: int | None = None):
-    model_cfg, tcfg = recipe(member, seed, seq_len=task[0], records=task[1], lr=lr)
+    model_cfg, tcfg = recipe(member, seed, seq_len=task[0], records=task[1], vocab_size=task[2], lr=lr)
     tcfg = tcfg.replace(warmup_steps=warmup, **({} if steps is None else {"steps": steps, "checkpoint_every": steps}))
     if smoke:
         tcfg = tcfg.replace(steps=SMOKE["steps"], batch_size=SMOKE["batch_size"], warmup_steps=1,
@@ -39,8 +39,9 @@ def _configs(member: str, seed: int, task: tuple[int, int], lr: float, smoke: bo
     return model_cfg, tcfg.replace(device="auto")
 
 
-def calibration_name(member: str, task: tuple[int, int], lr: float, warmup: int) -> str:
-    return f"long-cal-{member}-t{task[0]}n{task[1]}-lr{lr:g}-w{warmup}-s0"
+def calibration_name(member: str, task: tuple[int, int, int], lr: float, warmup: int) -> str:
+    vocab = "" if task[2] == 256 else f"v{task[2]}"
+    return f"long-cal-{member}-t{task[0]}n{task[1]}{vocab}-lr{lr:g}-w{warmup}-s0"
 
 
 def _fleet(names: list[str], specs: dict[str, tuple], runs_dir: Path, args, deadline_s: float) -> list[str]:
@@ -194,6 +195,36 @@ def write_table(rows: list[dict[str, Any]], ship_dir: Path, out: Path, settings:
     pd.DataFrame(flat).to_csv(out / "zoo.csv", index=False)
 
 
+def calibrate(args, specs: dict, runs_dir: Path, ship_dir: Path, deadline_s: float) -> dict | None:
+    """Train and card the calibration grid; write OUT/calibration.json; the rule's choice (None: unfinished)."""
+    specs.update({calibration_name(*g): _configs(g[0], 0, g[1], g[2], args.smoke, warmup=g[3], steps=CALIBRATION_STEPS)
+                  for g in GRID})
+    names = [calibration_name(*g) for g in GRID]
+    unfinished = _fleet(names, specs, runs_dir, args, deadline_s=deadline_s)
+    finish(names, specs, runs_dir, ship_dir, args, None)
+    rows = []
+    for g, name in zip(GRID, names):
+        if (runs_dir / name / "card.json").is_file():
+            card = json.loads((runs_dir / name / "card.json").read_text())
+            curve = card["phase_curve"]
+            rows.append({"member": g[0], "task": list(g[1]), "lr": g[2], "warmup": g[3], "steps": card["steps"],
+                         "learned": curve["learned"], "mean": curve["mean"], "best": curve["best"],
+                         "worst": curve["worst"], "run": name})
+    choice = choose(rows) if rows and not unfinished else None
+    (args.out / "calibration.json").write_text(json.dumps({"rows": rows, "choice": choice, "unfinished": unfinished,
+                                                           "smoke": args.smoke}, indent=1) + "\n")
+    return choice
+
+
+def part_of(runs: list[tuple[str, int]], part: str) -> list[tuple[str, int]]:
+    """Runs of part "K/N": the runs dealt round-robin, longest first, so each part costs about the same."""
+    k, n = (int(x) for x in part.split("/"))
+    if not 1 <= k <= n:
+        raise ValueError(f"--part {part} is invalid: allowed K/N with 1 <= K <= N")
+    ranked = sorted(runs, key=lambda r: (-recipe(r[0], r[1], records=24, lr=1e-3)[1].steps, r))
+    return [r for i, r in enumerate(ranked) if i % n == k - 1]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/long_rows_gpu"))
@@ -209,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table-s", type=float, default=100.0, help="seconds kept for the table")
     p.add_argument("--smoke", action="store_true", help=f"tiny runs ({SMOKE}) and a short table: a check of the path")
     p.add_argument("--members", nargs="+", help="only these table members (a partial table; default all)")
+    p.add_argument("--part", help="K/N: only the K-th of N equal shares of the table's runs (one GPU session each)")
+    p.add_argument("--calibration", type=Path, help="a calibration.json whose rule choice to use (no calibration runs)")
     p.add_argument("--calibrate-only", action="store_true", help="train and card the calibration grid only (all of the "
                    "budget but the table's share), then stop")
     p.add_argument("--probe", action="store_true", help="first time graph replays alone and side by side (probe.json)")
@@ -222,40 +255,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.probe:
             probe(args.out, args.device)
 
-    specs = {calibration_name(*g): _configs(g[0], 0, g[1], g[2], args.smoke, warmup=g[3], steps=CALIBRATION_STEPS)
-             for g in GRID}
-    share = 1.0 if args.calibrate_only else 0.35
-    unfinished = _fleet(list(specs), specs, runs_dir, args, deadline_s=max(left() - args.table_s, 1) * share)
-    finish(list(specs), specs, runs_dir, ship_dir, args, None)
-    cal_rows = []
-    for g in GRID:
-        card_path = runs_dir / calibration_name(*g) / "card.json"
-        if card_path.is_file():
-            card = json.loads(card_path.read_text())
-            curve = card["phase_curve"]
-            cal_rows.append({"member": g[0], "task": list(g[1]), "lr": g[2], "warmup": g[3], "steps": card["steps"],
-                             "learned": curve["learned"], "mean": curve["mean"], "best": curve["best"],
-                             "worst": curve["worst"], "run": calibration_name(*g)})
-    choice = choose(cal_rows) if cal_rows and not unfinished else None
-    (args.out / "calibration.json").write_text(json.dumps({"rows": cal_rows, "choice": choice, "unfinished": unfinished,
-                                                           "smoke": args.smoke}, indent=1) + "\n")
+    specs: dict[str, tuple] = {}
+    if args.calibration is not None:
+        choice = json.loads(args.calibration.read_text())["choice"]
+    else:
+        share = 1.0 if args.calibrate_only else 0.35
+        choice = calibrate(args, specs, runs_dir, ship_dir, deadline_s=max(left() - args.table_s, 1) * share)
     if choice is None or args.calibrate_only:
-        print(f"calibration rows {len(cal_rows)}, unfinished {unfinished}: no table", flush=True)
+        print(f"calibration {'done' if choice else 'unfinished'}: no table", flush=True)
         return 0 if args.calibrate_only else 1
-    print(f"calibration: lr {choice['lr']} (warm-up {choice['warmup']}), {choice['records']} records in "
-          f"{choice['seq_len']}-token rows ({choice['notes']})", flush=True)
+    task = (choice["seq_len"], choice["records"], choice.get("vocab_size", 256))
+    print(f"table: lr {choice['lr']} (warm-up {choice['warmup']}), {task[1]} records in {task[0]}-token rows, "
+          f"vocabulary {task[2]} ({choice['notes']})", flush=True)
 
     wanted = [(m, s) for m, s in table_runs() if args.members is None or m in args.members]
-    for m, s in wanted:  # seed 0 of a calibration arm at the chosen task is that calibration run
-        cal = runs_dir / calibration_name(m, (choice["seq_len"], choice["records"]), choice["lr"], choice["warmup"])
-        same = specs.get(cal.name, (None, None))[1] == _configs(m, 0, (choice["seq_len"], choice["records"]), choice["lr"],
-                                                                 args.smoke, warmup=choice["warmup"])[1]
-        if s == 0 and same and cal.is_dir() and not (runs_dir / run_name(m, s)).exists():
-            shutil.copytree(cal, runs_dir / run_name(m, s))
-            (runs_dir / run_name(m, s) / "card.json").unlink(missing_ok=True)  # made again under its table name
+    wanted = part_of(wanted, args.part) if args.part else wanted
     names = [run_name(m, s) for m, s in wanted]
-    task = (choice["seq_len"], choice["records"])
     specs.update({n: _configs(m, s, task, choice["lr"], args.smoke, warmup=choice["warmup"]) for n, (m, s) in zip(names, wanted)})
+    for n, (m, s) in zip(names, wanted):  # seed 0 of a calibration run with the same configs is that run
+        cal = runs_dir / calibration_name(m, task, choice["lr"], choice["warmup"])
+        if s == 0 and specs.get(cal.name, (None, None))[1] == specs[n][1] and cal.is_dir() and not (runs_dir / n).exists():
+            shutil.copytree(cal, runs_dir / n)
+            (runs_dir / n / "card.json").unlink(missing_ok=True)  # made again under its table name
     unfinished = _fleet(names, specs, runs_dir, args, deadline_s=max(left() - args.table_s, 1))
     (args.out / "not_finished.json").write_text(json.dumps(unfinished) + "\n")
     small = {"n_per_residue": 16, "n_boot": 100, "n_perm": 100} if args.smoke else {}

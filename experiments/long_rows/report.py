@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.long_rows.calibration import HIGH, LOW, choose
+from experiments.long_rows.calibration import HIGH, LOW, TASKS, choose
 
 RESULTS = Path("assets/results/long_rows")
 CARDS = Path("assets/checkpoints/long_rows_calibration")
@@ -29,7 +29,7 @@ def calibration_rows(cards: Path = CARDS) -> list[dict[str, Any]]:
         card = json.loads(path.read_text())
         mix, tc, curve = card["train_config"]["mixture"], card["train_config"], card["phase_curve"]
         rows.append({"run": card["name"], "member": card["name"].removeprefix("long-cal-").split("-t")[0],
-                     "task": [mix["seq_len"], mix["max_records"]], "vocab_size": mix["vocab_size"], "lr": tc["lr"],
+                     "task": [mix["seq_len"], mix["max_records"], mix["vocab_size"]], "lr": tc["lr"],
                      "warmup": tc["warmup_steps"], "steps": card["steps"], "learned": curve["learned"],
                      "mean": curve["mean"], "worst": curve["worst"], "best": curve["best"], "gap_pp": curve["gap_pp"],
                      "accuracy": curve["accuracy"], "modulus": curve["task"]["modulus"],
@@ -77,11 +77,11 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "## The calibration runs (seed 0, matched task, prefix padding, 256 examples per residue)",
         "",
-        "| member | rows x records | lr | warm-up | steps | learned | mean % | worst % | best % | gap pp |",
+        "| member | row tokens x records (vocabulary) | lr | warm-up | steps | learned | mean % | worst % | best % | gap pp |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(data["rows"], key=lambda r: (r["lr"], r["warmup"], r["task"], r["member"])):
-        lines.append(f"| {r['member']} | {r['task'][0]} x {r['task'][1]} | {r['lr']:g} | {r['warmup']} | {r['steps']} | "
+        lines.append(f"| {r['member']} | {r['task'][0]} x {r['task'][1]} ({r['task'][2]}) | {r['lr']:g} | {r['warmup']} | {r['steps']} | "
                      f"{'yes' if r['learned'] else '**no**'} | {_pct(r['mean'])} | {_pct(r['worst'])} | {_pct(r['best'])} | "
                      f"{r['gap_pp']:.1f} |")
     shares = ", ".join(f"{k}: {v:.0%}" for k, v in c["learned_share"].items())
@@ -92,16 +92,18 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         f"- Share of runs that learned, by setting: {shares}. Chosen: lr {c['lr']:g}, warm-up {c['warmup']}.",
         f"- Full attention's mean by task at that setting: {means}. Chosen: {c['records']} records in "
-        f"{c['seq_len']}-token rows.",
+        f"{c['seq_len']}-token rows, vocabulary {c['vocab_size']}.",
         f"- Control within [{LOW:.0%}, {HIGH:.0%}]: **{'yes' if c['control_in_range'] else 'no'}**."
         + (" " + " ".join(n[0].upper() + n[1:] + "." for n in c["notes"]) if c["notes"] else ""),
         "",
     ]
     if not c["control_in_range"]:
-        lines += ["Full attention trained on long rows solves every task of this grid, so on them the control could not "
-                  "fail: the table waits for a harder task (more records through a larger vocabulary, "
-                  "`python -m experiments.long_rows.train --task 256 96 512`, runs on CPU). No table is built on these "
-                  "tasks.", ""]
+        missing = [t for t in TASKS if f"{t[0]}x{t[1]}v{t[2]}" not in c["control_mean_by_task"]]
+        lines += ["Full attention solves every task trained so far, so on them the control could not fail: no table is "
+                  "built on them."
+                  + (" Still to train: " + ", ".join(f"{t[1]} records in {t[0]}-token rows, vocabulary {t[2]} "
+                                                     f"(`python -m experiments.long_rows.train --members full w8s8 --task "
+                                                     f"{t[0]} {t[1]} {t[2]}`)" for t in missing) + "." if missing else ""), ""]
     lines += [
         "## First pass (5,000-step grid stopped by its deadline; training-row query accuracy at the last step)",
         "",

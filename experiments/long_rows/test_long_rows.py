@@ -25,7 +25,7 @@ def test_the_rule_takes_the_setting_most_runs_learned_at_and_the_easiest_task_th
     assert calibration.choose(rows)["lr"] == 1e-3
     ceiling = [_row("full", t, 1e-3, True, 0.99) for t in calibration.TASKS]
     c = calibration.choose(ceiling)
-    assert (c["seq_len"], c["records"]) == calibration.TASKS[-1][:2] and not c["control_in_range"]
+    assert (c["seq_len"], c["records"], c["vocab_size"]) == calibration.TASKS[-1] and not c["control_in_range"]
     assert "exceeds 90% on every task" in c["notes"][0]
     with pytest.raises(ValueError, match="rows=\\[\\] is invalid"):
         calibration.choose([])
@@ -37,6 +37,7 @@ def test_every_arm_and_sweep_pair_trains_by_one_recipe():
     configs = {m: recipe(m, 0, records=56, lr=1e-3)[1] for m in {m for m, _ in runs}}
     assert {t.lr for t in configs.values()} == {1e-3}
     assert {(t.mixture.seq_len, t.mixture.max_records, t.batch_size, t.warmup_steps) for t in configs.values()} == {(256, 56, 32, 100)}
+    assert {m: t.steps for m, t in configs.items() if t.steps != 8000} == {"w20s20": 9500, "w24s12": 11000}
     with pytest.raises(ValueError, match="seq_len=128 is invalid"):
         recipe("w8s8", 0, records=24, lr=1e-3, seq_len=128)
 

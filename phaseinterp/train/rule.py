@@ -18,7 +18,8 @@ those that are:
 - optimizer: the shared AdamW schedule (`recipes.TRAIN`), `steps_for(window)` steps.
 - long rows (`seq_len` above 64, e.g. 256): `long_mixture(seq_len, max_records)`, the same mixture
   with up to `max_records` records, 3-15 demonstrations and a records curriculum over
-  `LONG_CURRICULUM_STEPS` steps; every arm of a table gets the same `lr` (never one per arm).
+  `LONG_CURRICULUM_STEPS` steps, at least `LONG_MIN_STEPS` steps; every arm of a table gets the same
+  `lr` (never one per arm).
 
 "Learned" = the best residue reaches `LEARNED_BEST` on the matched task (a compressed model may
 still fail most residues: that is the effect). The zoo (`experiments/zoo/`) is a set of members
@@ -65,6 +66,7 @@ LOCAL_WINDOW = 16
 #: Long rows: demonstrations per row (each one an answer the loss reads) and the records curriculum.
 LONG_MAX_DEMOS = 15
 LONG_CURRICULUM_STEPS = 1000
+LONG_MIN_STEPS = 8000
 LAYOUTS = ("generic", "deepseek-csa", "full")
 
 
@@ -103,10 +105,13 @@ def aligned_by_rule(comp: CompressionConfig | None) -> bool:
     return comp is not None and (comp.window >= ALIGNED_FROM_WINDOW or comp.gate == "uniform")
 
 
-def steps_for(window: int | None) -> int:
+def steps_for(window: int | None, seq_len: int = 64) -> int:
     """Training steps of the rule: 2000 + 375 W (W4: 3500, W8: 5000, W16: 8000); full attention
-    5000 (at 2000 steps it was still climbing: 65% mean on the matched task)."""
-    return 5000 if window is None else 2000 + 375 * window
+    5000 (at 2000 steps it was still climbing: 65% mean on the matched task). Rows longer than 64
+    tokens take at least `LONG_MIN_STEPS` (W8/S8 with 56 records in 256-token rows was at 2% training
+    accuracy after 3,544 steps and learned by 8,000: assets/results/long_rows/)."""
+    steps = 5000 if window is None else 2000 + 375 * window
+    return steps if seq_len <= 64 else max(steps, LONG_MIN_STEPS)
 
 
 def long_mixture(seq_len: int, max_records: int, vocab_size: int = VOCAB) -> Mixture:
@@ -209,7 +214,7 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
                             n_kv_heads=kv_heads, d_head=d_head or (D_HEAD_FULL if comp is None else D_HEAD), d_mlp=3 * width,
                             n_ctx=max(512, 2 * seq_len), layers=uniform_schedule(2, spec), gate_bias_init_std=GATE_BIAS_INIT_STD,
                             qk_norm=qk_norm)
-    steps = steps_for(None if comp is None else comp.window)
+    steps = steps_for(None if comp is None else comp.window, seq_len)
     if aligned is None:
         aligned = aligned_by_rule(comp)
     if aligned and comp is None:
@@ -231,6 +236,6 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
 
 
 __all__ = ["ALIGNED_FROM_WINDOW", "ALIGNED_STEPS", "D_HEAD", "D_HEAD_FULL", "LAYOUTS", "LEARNED_BEST", "LOCAL_WINDOW",
-           "LONG_CURRICULUM_STEPS", "LONG_MAX_DEMOS", "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule",
+           "LONG_CURRICULUM_STEPS", "LONG_MAX_DEMOS", "LONG_MIN_STEPS", "MIN_UNDEMONSTRATED", "N_HEADS", "WIDTH", "aligned_by_rule",
            "aligned_phase", "long_mixture", "period",
            "rule_recipe", "steps_for", "table_period"]
