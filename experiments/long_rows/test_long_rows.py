@@ -20,7 +20,7 @@ def test_the_rule_takes_the_setting_most_runs_learned_at_and_the_easiest_task_th
             _row("w8s8", t1, 1e-3, False, 0.05), _row("full", t1, 2e-3, True, 0.9), _row("w8s8", t1, 2e-3, True, 0.4),
             _row("full", t2, 2e-3, False, 0.02)]
     c = calibration.choose(rows)
-    assert (c["lr"], c["seq_len"], c["records"], c["control_in_range"]) == (1e-3, *t2, True)  # 3 of 4 beat 2 of 3
+    assert (c["lr"], c["seq_len"], c["records"], c["vocab_size"], c["control_in_range"]) == (1e-3, *t2, True)  # 3 of 4 beat 2 of 3
     rows.append(_row("w8s8", t2, 2e-3, True, 0.3))  # now 3 of 4 each: the smaller learning rate
     assert calibration.choose(rows)["lr"] == 1e-3
     ceiling = [_row("full", t, 1e-3, True, 0.99) for t in calibration.TASKS]
