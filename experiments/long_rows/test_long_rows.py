@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from experiments.long_rows import calibration, gpu, pack, report
+from experiments.long_rows import calibration, gpu, pack, report, table
 from experiments.long_rows.members import ARMS, SWEEP, recipe, table_runs
 
 
@@ -48,9 +48,9 @@ def test_the_gpu_script_runs_its_whole_path_on_cpu(tmp_path):
                      "--members", "full"]) == 0
     cal = json.loads((out / "calibration.json").read_text())
     assert len(cal["rows"]) == len(calibration.GRID) and cal["choice"]["lr"] in {g[2] for g in calibration.GRID}
-    table = json.loads((out / "results" / "zoo.json").read_text())
-    assert sorted({r["model"] for r in table["rows"]}) == [f"long-full-s{s}" for s in range(4)]
-    assert {r["protocol"] for r in table["rows"]} == {"prefix", "insequence"}
+    rows = json.loads((out / "results" / "zoo.json").read_text())["rows"]
+    assert sorted({r["model"] for r in rows}) == [f"long-full-s{s}" for s in range(4)]
+    assert {r["protocol"] for r in rows} == {"prefix", "insequence"}
     files = pack.pack(out, tmp_path / "packed", max_mb=1.0, file_mb=0.5)
     with tarfile.open(files[0]) as tar:
         assert "calibration.json" in tar.getnames() and not any(n.endswith(".safetensors") for n in tar.getnames())
@@ -58,6 +58,11 @@ def test_the_gpu_script_runs_its_whole_path_on_cpu(tmp_path):
     left = (tmp_path / "packed" / "left_out.txt").read_text().split()
     assert shipped + len(left) == len(list((out / "checkpoints").glob("*.safetensors")))
     assert files[1:] and sum(f.stat().st_size for f in files) <= 1.0 * 2 ** 20
+    assert table.main([str(out / "results"), "--out", str(tmp_path / "table"), "--n-boot", "50"]) == 0
+    text = (tmp_path / "table" / "table.md").read_text()
+    assert "| full |  | 4 | 0 of 4 [0, 49] |" in text  # four smoke seeds, none learned, its Wilson interval
+    assert "| w8s8 | 50.6 / 5.7 / 75.3 (W8/S8, 1 KV head) | not trained yet (4 seeds planned) |" in text
+    assert table.main([str(out / "results"), "--out", str(tmp_path / "table"), "--n-boot", "50", "--check"]) == 0
 
 
 def test_the_calibration_page_is_rendered_from_its_files():
