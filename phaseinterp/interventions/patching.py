@@ -48,10 +48,11 @@ NAMED_SITES = ("key", "value", "final")
 
 def logit_diff(logits: Float[Tensor, "*units batch vocab"], answer: Int[Tensor, " batch"],
                foil: Int[Tensor, " batch"]) -> Float[Tensor, "*units batch"]:
-    """`logits[..., answer] - logits[..., foil]` per row."""
+    """`logits[..., answer] - logits[..., foil]` per row, in float32 whatever the model's dtype (numpy has
+    no bfloat16, and the difference of two bfloat16 logits would round to their precision)."""
     a = logits.gather(-1, answer.to(logits.device).expand(*logits.shape[:-1])[..., None])[..., 0]
     f = logits.gather(-1, foil.to(logits.device).expand(*logits.shape[:-1])[..., None])[..., 0]
-    return a - f
+    return a.float() - f.float()
 
 
 def top_other(logits: Float[Tensor, "batch vocab"], exclude: Int[Tensor, "batch n"]) -> Int[Tensor, " batch"]:
