@@ -1,5 +1,6 @@
-"""Per-cell p-values of a map from its bootstrap replicates, and Benjamini-Hochberg control of the
-false discovery rate across a map's cells (see docs/statistics.md, "Many cells, one map").
+"""Per-cell p-values of a map from its bootstrap replicates, Benjamini-Hochberg control of the
+false discovery rate across a map's cells (see docs/statistics.md, "Many cells, one map"), and Holm's
+family-wise correction for any family of tests (docs/statistics.md, "Claims: seeds and multiplicity").
 
 A map of 128 cells marked by "the 95% interval excludes 0" expects ~6 false cells under the null;
 the p-values here come from the replicates that give the intervals (no second bootstrap), so the
@@ -73,6 +74,55 @@ def bh_adjust(p: Float[np.ndarray, "*shape"], family: Bool[np.ndarray, "*shape"]
     return out
 
 
+@jaxtyped(typechecker=beartype)
+def holm_adjust(p: Float[np.ndarray, "*shape"], family: Bool[np.ndarray, "*shape"] | None = None  # noqa: F821
+                ) -> Float[np.ndarray, "*shape"]:
+    """Holm (step-down Bonferroni) adjusted p-values over one family of tests; a test is rejected at
+    family-wise error rate alpha when its adjusted p <= alpha. With the family's m p-values sorted,
+    p_(1) <= ... <= p_(m):
+
+        adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))
+
+    so the smallest p must reach alpha / m, the next alpha / (m - 1), and so on, stopping at the first
+    that does not. Valid under any dependence between the tests. The cells with finite p (and
+    `family` True, when given) form the family; the others are nan. A p-value with a floor (a
+    permutation test's 1 / (n_perm + 1)) can pass only when the floor is <= alpha / m.
+
+    Example:
+        >>> holm_adjust(np.array([0.01, 0.04, 0.03, 0.2, np.nan])).round(4).tolist()  # 4 x 0.01, 3 x 0.03, ...
+        [0.04, 0.09, 0.09, 0.2, nan]
+    """
+    inside = np.isfinite(p) if family is None else np.isfinite(p) & family
+    out = np.full(p.shape, np.nan)
+    values = p[inside]
+    m = values.size
+    if m:
+        order = np.argsort(values, kind="stable")
+        stepped = np.minimum(1.0, (m - np.arange(m)) * values[order])
+        adjusted = np.empty(m)
+        adjusted[order] = np.maximum.accumulate(stepped)
+        out[inside] = adjusted
+    return out
+
+
+#: The corrections `adjust` knows: Benjamini-Hochberg (false discovery rate) and Holm (family-wise error).
+METHODS = ("bh", "holm")
+
+
+def adjust(p, method: str = "bh") -> np.ndarray:
+    """Adjusted p-values of one family (a sequence; None and nan stay nan) by `method`: "bh"
+    (`bh_adjust`, false discovery rate) or "holm" (`holm_adjust`, family-wise error rate).
+
+    Example:
+        >>> adjust([0.01, 0.04, None], "holm").round(4).tolist()
+        [0.02, 0.04, nan]
+    """
+    if method not in METHODS:
+        raise ValueError(f"method={method!r}: allowed {', '.join(map(repr, METHODS))} (Benjamini-Hochberg or Holm)")
+    values = np.array([np.nan if x is None else float(x) for x in p], dtype=np.float64)
+    return bh_adjust(values) if method == "bh" else holm_adjust(values)
+
+
 def min_n_boot(n_cells: int, q: float = 0.05) -> int:
     """The fewest bootstrap replicates whose p-value floor, 2 / (n_boot + 1), lets a lone effect
     among `n_cells` pass BH at `q` (its threshold is q / n_cells): ceil(2 n_cells / q) - 1.
@@ -85,4 +135,4 @@ def min_n_boot(n_cells: int, q: float = 0.05) -> int:
     return max(1, math.ceil(2 * n_cells / q) - 1)
 
 
-__all__ = ["bh_adjust", "bootstrap_p_value", "check_q", "min_n_boot"]
+__all__ = ["METHODS", "adjust", "bh_adjust", "bootstrap_p_value", "check_q", "holm_adjust", "min_n_boot"]

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from phaseinterp.report.claim_checks import Claim, seeds_of, share_verdict, tests_line, zoo_rows
 from phaseinterp.report.claim_rows import ALPHA, FULL_TOLERANCE_PP, interval, mitigation_row, nsa_rows, num, pct, smollm2_row
+from phaseinterp.report.claim_units import SEED_RULE, correct, n_of, seed_units
+
+#: every zoo-shaped table: finding B1 reads the training rows of all of them
+ZOO_TABLES = ("zoo", "zoo_seeds", "control", "variants", "rule_sweep")
 
 #: the paper's lowest gate-cycling R^2 (PAPER.md: 0.66-1.00): a seed's cycling "moves the weak phases as
 #: predicted" when its median R^2 over the deltas reaches it
@@ -52,6 +56,7 @@ def claim5(data: dict) -> Claim:
         if not gates["holds"]:
             c.exceptions.append(f"{label}: median R^2 {_r2_or_flat(gates['median'])} < {PAPER_R2}")
     passing = sum(r["gates only"]["holds"] for r in testable)
+    c.count = n_of(passing, len(testable), "testable seeds")
     with_payload = sum(r["with payload"]["holds"] for r in testable)
     c.findings.append(f"With the payload maps rolled too (the whole window grid shifted), {with_payload} of "
                       f"{len(testable)} testable runs pass the same rule.")
@@ -84,6 +89,7 @@ def claim6(data: dict) -> Claim:
                       "weak phases.")
     c.seeds = [f"seeds {runs[0]['seed']}-{runs[-1]['seed']} ({len(runs)})"]
     c.exceptions = [f"seed {r['seed']}" for r in runs if r not in ok]
+    c.count = n_of(len(ok), len(runs))
     c.verdict = share_verdict(len(ok), len(runs))
     return c
 
@@ -93,14 +99,16 @@ def exclusion(data: dict) -> Claim:
               "answer with the one value the demonstrations leave out.",
               "every run that learned in neither protocol scores >= 0.75 on training rows where exclusion leaves one "
               "candidate and at most 0.10 above what exclusion alone gives where it leaves several; every run that "
-              "learned in both protocols scores more than that on the latter")
-    rows = zoo_rows(data, ("zoo", "zoo_seeds", "control"))
+              "learned in both protocols scores more than that on the latter; a seed (one run) is the unit, read from "
+              "every zoo-shaped table (zoo, zoo-seeds, control, variants, rule-sweep), a checkpoint re-evaluated in "
+              "several tables once")
+    rows = zoo_rows(data, ZOO_TABLES)
     if not rows:
         return c
     c.sources = sorted({r.source for r in rows})
     c.tests = "not applicable: a training-row statistic, not a phase curve"
     raw = {}
-    for key in ("zoo", "zoo_seeds", "control"):
+    for key in ZOO_TABLES:
         if data.get(key) is not None:
             raw.update({r["model"]: r.get("training_rows") for r in data[key]["rows"]})
     learned: dict[str, list[bool]] = {}
@@ -118,14 +126,15 @@ def exclusion(data: dict) -> Claim:
         if t["several"] <= t["several_by_exclusion_alone"] + 0.10:
             c.exceptions.append(f"{m} (learned): several candidates {t['several']:.2f}, no better than exclusion")
     if never:
-        c.findings.append(f"Did not learn ({len(never)} runs: {', '.join(never)}): training accuracy "
+        c.findings.append(f"Did not learn ({len(never)} seeds: {', '.join(never)}): training accuracy "
                           f"{_range([raw[m]['one'] for m in never])} on rows where exclusion leaves one candidate, "
                           f"{_range([raw[m]['several'] for m in never])} where it leaves several (exclusion alone: "
                           f"{_range([raw[m]['several_by_exclusion_alone'] for m in never])}).")
     if always:
-        c.findings.append(f"Learned in both protocols ({len(always)} runs): {_range([raw[m]['several'] for m in always])} "
+        c.findings.append(f"Learned in both protocols ({len(always)} seeds): {_range([raw[m]['several'] for m in always])} "
                           "where exclusion leaves several candidates.")
     c.seeds = seeds_of(rows)
+    c.count = n_of(len(never) + len(always) - len(c.exceptions), len(never) + len(always))
     c.verdict = share_verdict(len(never) + len(always) - len(c.exceptions), len(never) + len(always))
     return c
 
@@ -133,8 +142,9 @@ def exclusion(data: dict) -> Claim:
 def nsa(data: dict) -> Claim:
     c = Claim("B2", "NSA selection", "In Native Sparse Attention, block selection (k >= 1) does not remove the weak "
               "phases of the compressed branch.",
-              "a selection run (k >= 1) supports it when it learned and its curve keeps a phase effect passing both "
-              "period-S tests; a k at which no run learned cannot show it either way")
+              f"{SEED_RULE}. A selection seed (k >= 1) supports it when it shows a period-S effect, after "
+              "Benjamini-Hochberg (false discovery rate 0.05) across the learned curves of the table; a k at which no "
+              "seed learned cannot show it either way")
     d = data.get("nsa")
     if d is None:
         return c
@@ -142,7 +152,9 @@ def nsa(data: dict) -> Claim:
     src = data["_paths"]["nsa"]
     rows = [r for res in d["results"] for r in nsa_rows(res, src)]
     c.rows = [r for r in rows if r.learned]
+    fam = correct(c.rows, "bh")
     c.tests = tests_line([r for r in c.rows if r.phase_effect])
+    c.findings.append(f"Multiplicity: {fam.text('learned curves')}.")
     for k in sorted({res["k"] for res in d["results"]}):
         runs = [res for res in d["results"] if res["k"] == k]
         learned = [res for res in runs if any(cv["learned"] for cv in res["curves"])]
@@ -159,11 +171,14 @@ def nsa(data: dict) -> Claim:
             c.exceptions.append(f"{label}: no run learned, so it cannot show whether selection removes the weak phases")
     selection = [res for res in d["results"] if res["k"] > 0]
     learned = [res for res in selection if any(cv["learned"] for cv in res["curves"])]
-    good = [r for r in c.rows if r.phase_effect and r.spectral_ok and r.permutation_ok
-            and any(r.run == res["model"] for res in learned)]
-    ks = sorted({res["k"] for res in learned if any(r.run == res["model"] for r in good)})
-    c.findings.append(f"Selection curves that learned and keep a period-S phase effect (both tests): "
-                      f"{', '.join(r.name for r in good) or 'none'}.")
+    names = {res["model"] for res in learned}
+    good = [u for u in seed_units(rows) if u.run in names and u.shows_period]
+    ks = sorted({res["k"] for res in learned if any(u.run == res["model"] for u in good)})
+    c.count = n_of(len(good), len(selection), "selection seeds")
+    c.findings.append(f"Selection seeds that learned and show a period-S effect (seed rule): "
+                      f"{', '.join(u.run for u in good) or 'none'}"
+                      + "".join(f"; {u.run} does not ({u.why_not()})" for u in seed_units(rows)
+                                if u.run in names and not u.shows_period) + ".")
     if not good:
         c.verdict = "does not hold" if learned else "cannot fail"
     elif len(learned) == len(selection) and not c.exceptions:
@@ -177,9 +192,11 @@ def nsa(data: dict) -> Claim:
 def smollm2(data: dict) -> Claim:
     c = Claim("B3", "SmolLM2 training-free compression", "Training-free compression of SmolLM2-135M's keys and values "
               "gives periodic weak spots by eviction; mean and score pooling do not (beyond sampling noise).",
-              "eviction rows with a phase effect pass both period-S tests; no pooling row has both a period-S "
-              "dominant period and a gap above the uncompressed model's gap interval (sampling noise) at the same "
-              "modulus")
+              "one pretrained model, so the unit is a setting (compression rule, window, layers, modulus). Eviction rows "
+              "with a phase effect pass both period-S tests; no pooling row has a phase effect, a period-S dominant "
+              "period and a gap above the uncompressed model's gap interval (sampling noise) at the same modulus. "
+              "Multiplicity: Benjamini-Hochberg (false discovery rate 0.05) across the eviction rows, and separately "
+              "across the pooling rows (p (phase), then p (period S) across those with a phase effect)")
     d = data.get("smollm2")
     if d is None:
         return c
@@ -188,6 +205,9 @@ def smollm2(data: dict) -> Claim:
     noise = {r["modulus"]: r["gap_ci_pp"][1] for r in d["rows"] if r["rule"] == "none"}
     evict = [(r, smollm2_row(r, src)) for r in d["rows"] if r["rule"].startswith("evict")]
     pool = [(r, smollm2_row(r, src)) for r in d["rows"] if r["rule"] in ("mean", "score")]
+    fam_ev = correct([row for _, row in evict], "bh")
+    fam_pool = correct([row for _, row in pool], "bh")
+    c.findings.append(f"Multiplicity: eviction, {fam_ev.text('eviction rows')}; pooling, {fam_pool.text('pooling rows')}.")
     c.rows = [row for _, row in evict + pool if row.phase_effect]
     c.tests = tests_line(c.rows)
     ev = [row for _, row in evict if row.phase_effect]
@@ -197,7 +217,10 @@ def smollm2(data: dict) -> Claim:
     pe = [(r, row) for r, row in pool if row.phase_effect]
     above = [(r, row) for r, row in pe if row.gap_pp is not None and row.gap_pp > noise.get(r["modulus"], float("inf"))]
     periodic = [row for _, row in above if row.spectral_ok]
-    c.findings.append(f"Pooling (mean, score): {len(pe)} of {len(pool)} rows have p (phase) < {ALPHA}; dominant period "
+    c.count = (f"{n_of(len(ev_ok), len(ev), 'eviction settings')} with a phase effect pass; "
+               f"{n_of(len(periodic), len(pool), 'pooling settings')} periodic above noise")
+    c.findings.append(f"Pooling (mean, score): {len(pe)} of {len(pool)} rows have a phase effect after correction "
+                      f"(adjusted p (phase) <= {ALPHA}); dominant period "
                       f"S in {sum(row.spectral_ok for _, row in pe)} of them; gap above the uncompressed gap interval's "
                       f"upper end in {len(above)} (" + (", ".join(f"{row.run}: {num(row.gap_pp)} pp vs "
                                                                f"{num(noise[r['modulus']])}" for r, row in above) or "none")
@@ -252,6 +275,7 @@ def multi_offset(data: dict) -> Claim:
                                   f"{interval(r.gap_ci)}" for r in multi) + ".")
     c.findings.append("baseline (W4/S4): " + "; ".join(f"{r.run} held-out gap {num(r.gap_pp)} pp {interval(r.gap_ci)}"
                                                        for r in base) + ".")
+    c.count = n_of(len(flat), len(multi))
     at_ceiling = [r for r in flat if r.at_ceiling]
     if at_ceiling:
         c.findings.append(f"At ceiling (worst residue >= 99%): {', '.join(r.run for r in at_ceiling)}.")
@@ -285,6 +309,7 @@ def theory_coverage(data: dict) -> Claim:
         f"beta {r['beta']:g}: {r['coverage']:.3f} +- {r['coverage_sem']:.3f}" for r in sweep)
         + f" (random picks {sweep[0]['random']:.3f}, Theorem 1 {sweep[0]['theorem1']:.3f}).")
     c.seeds = [f"{sweep[0]['n_seeds']} seeds per beta"]
+    c.count = f"{len(sweep)} betas, {sweep[0]['n_seeds']} seeds each"
     lo, hi = sweep[0], sweep[-1]
     if apart(lo):
         c.exceptions.append(f"beta {lo['beta']:g}: coverage already above random picks")

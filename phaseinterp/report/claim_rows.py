@@ -5,6 +5,9 @@ interval, the spectral test (`dominant_period`: the smallest period whose harmon
 power) and the permutation test (`p_phase`: any phase effect; `p_periodic` and the verdict: is it consistent
 with period S). Files that predate `dominant_period` get it computed from their stored per-residue accuracy
 with the same library function, so every row is judged by one rule.
+
+A claim that pools rows corrects their p-values across the family it pools (`claim_units.correct`): the
+adjusted values then decide `phase_effect` and `permutation_ok`, and the evidence tables show both.
 """
 
 from __future__ import annotations
@@ -44,9 +47,18 @@ class Row:
     p_periodic: float | None
     verdict: str
     member: str | None = None
+    #: the packed per-example correctness of a zoo-shaped table ({"examples": n, "bits": [...]}), when stored
+    correct: dict | None = None
+    #: p-values adjusted across the family the claim pools ("bh" or "holm" in `correction`); None: not corrected
+    correction: str | None = None
+    p_phase_adj: float | None = None
+    p_periodic_adj: float | None = None
 
     @property
     def phase_effect(self) -> bool:
+        """A phase effect: adjusted p (phase) <= 0.05 when the row was corrected, else raw p (phase) < 0.05."""
+        if self.correction is not None:
+            return self.p_phase_adj is not None and self.p_phase_adj <= ALPHA
         return self.p_phase is not None and self.p_phase < ALPHA
 
     @property
@@ -56,8 +68,24 @@ class Row:
 
     @property
     def permutation_ok(self) -> bool:
-        """The permutation test finds a phase effect and does not reject period S."""
-        return self.S is not None and f"consistent with period {self.S}" in self.verdict
+        """The permutation test finds a phase effect and does not reject period S (after correction when the row
+        was corrected: adjusted p (period S) > 0.05; a curve with no p (period S), R = S, is never ok)."""
+        if self.S is None:
+            return False
+        if self.correction is not None:
+            return self.phase_effect and self.p_periodic_adj is not None and self.p_periodic_adj > ALPHA
+        return f"consistent with period {self.S}" in self.verdict
+
+    @property
+    def corrected_verdict(self) -> str:
+        """The permutation verdict after correction ("-" when the row was not corrected)."""
+        if self.correction is None:
+            return "-"
+        if not self.phase_effect:
+            return "no phase effect"
+        if self.p_periodic_adj is None:
+            return "phase effect, period S untested"
+        return "phase effect, period S " + ("not rejected" if self.p_periodic_adj > ALPHA else "rejected")
 
     @property
     def at_ceiling(self) -> bool:
@@ -92,7 +120,8 @@ def zoo_row(r: dict, source: str) -> Row:
     dom = r["dominant_period"] if "dominant_period" in r else _dominant(r.get("accuracy"))
     return Row(source, r["model"], r["protocol"], r.get("seed"), r.get("S"), r.get("learned"), _num(r.get("mean")),
                _num(r.get("worst")), _num(r.get("gap_heldout_pp")), _pair(r.get("gap_ci_pp")), dom,
-               _num(r.get("p_phase")), _num(r.get("p_periodic")), r.get("verdict") or "-", r.get("member"))
+               _num(r.get("p_phase")), _num(r.get("p_periodic")), r.get("verdict") or "-", r.get("member"),
+               r.get("correct") if isinstance(r.get("correct"), dict) else None)
 
 
 def periodicity_row(r: dict, curve: dict, protocol: str, source: str) -> Row:
@@ -154,12 +183,18 @@ def table(header: list[str], rows: list[list]) -> list[str]:
 
 
 def evidence_table(rows: list[Row]) -> list[str]:
-    """The rows behind a claim, with both tests side by side."""
+    """The rows behind a claim, with both tests side by side; corrected rows add their adjusted p-values
+    (the correction named in the column) and the verdict after correction."""
     if not rows:
         return []
+    methods = sorted({r.correction for r in rows if r.correction})
+    names = "/".join("BH" if m == "bh" else "Holm" for m in methods)
+    corrected = [f"p (phase) adjusted ({names})", f"p (period S) adjusted ({names})", "after correction"] if methods else []
     return table(["file", "run", "protocol", "seed", "S", "learned", "mean %", "worst %", "held-out gap pp",
-                  "gap interval", "dominant period (spectral)", "p (phase)", "p (period S)", "permutation verdict"],
+                  "gap interval", "dominant period (spectral)", "p (phase)", "p (period S)", "permutation verdict",
+                  *corrected],
                  [[r.source, r.run, r.protocol, "-" if r.seed is None else r.seed, r.S or "-",
                    "-" if r.learned is None else ("yes" if r.learned else "no"), pct(r.mean), pct(r.worst),
-                   num(r.gap_pp), interval(r.gap_ci), r.dominant or "none", p(r.p_phase), p(r.p_periodic), r.verdict]
+                   num(r.gap_pp), interval(r.gap_ci), r.dominant or "none", p(r.p_phase), p(r.p_periodic), r.verdict,
+                   *([p(r.p_phase_adj), p(r.p_periodic_adj), r.corrected_verdict] if methods else [])]
                   for r in rows])

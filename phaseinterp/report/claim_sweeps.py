@@ -15,6 +15,7 @@ import re
 from collections import defaultdict
 
 from phaseinterp.report.claim_checks import Claim, member_of, seeds_of, share_verdict, tests_line, zoo_rows
+from phaseinterp.report.claim_units import SEED_RULE, correct, n_of, seed_units
 
 #: A sweep pair passes when at least this share of its seeds learned (the issue's "3 of 4 seeds")...
 LEARNED_SHARE = 0.75
@@ -39,8 +40,8 @@ def _evidence(c: Claim, data: dict, key: str) -> tuple[dict | None, list]:
         return None, []
     rows = zoo_rows(data, (key,))
     c.sources = [data["_paths"][key]]
-    c.rows = [r for r in rows if r.learned and r.phase_effect]
-    c.tests = tests_line(c.rows)
+    c.rows = [r for r in rows if r.learned]
+    c.tests = tests_line([r for r in c.rows if r.phase_effect])
     c.seeds = seeds_of(rows)
     return d, rows
 
@@ -58,28 +59,37 @@ def variants(data: dict) -> Claim:
     c = Claim("B6", "The paper's controlled variants keep period-S weak phases",
               "Each controlled variant the paper trains (no offset bias, shared payload maps, partial RoPE, no "
               "QK-norm, W8/S6, 2 KV heads) keeps weak phases with period S.",
-              "a variant supports it when every seed of it that learned has a curve with a phase effect passing both "
-              "period-S tests; a variant none of whose seeds learned cannot show it either way and is an exception")
+              f"{SEED_RULE}. Multiplicity: Benjamini-Hochberg (false discovery rate 0.05) across the table's learned "
+              "curves. A variant supports it when every seed of it that learned shows a period-S effect; a variant "
+              "none of whose seeds learned cannot show it either way and is an exception")
     d, rows = _evidence(c, data, "variants")
     if d is None:
         return c
-    passing = 0
+    fam = correct(c.rows, "bh")  # every learned curve of the table, corrected before any verdict
+    c.tests = tests_line([r for r in c.rows if r.phase_effect])
+    c.findings.append(f"Multiplicity: {fam.text('learned curves')}.")
+    units = seed_units(rows)
+    passing, shown, counted = 0, 0, 0
     members = _by_member(rows)
-    for m, group in members.items():
-        learned = [r for r in group if r.learned]
-        good = [r for r in learned if r.phase_effect and r.spectral_ok and r.permutation_ok]
-        without = sorted({r.run for r in learned} - {r.run for r in good})
+    for m in members:
+        mine = [u for u in units if u.member == m]
+        learned = [u for u in mine if u.learned and not u.at_ceiling]
+        good = [u for u in learned if u.shows_period]
+        bad = [u for u in learned if not u.shows_period]
+        counted, shown = counted + len(learned), shown + len(good)
         if good:
-            c.findings.append(f"{m}: period-S weak phases in {', '.join(r.name for r in good)}.")
-        if without:
-            c.exceptions.append(f"{m}: {', '.join(without)} learned, but no curve of it has a phase effect passing both "
-                                "period-S tests (" + "; ".join(f"{r.name}: dominant {r.dominant or '-'}, {r.verdict}"
-                                                              for r in learned if r.run in without) + ")")
+            c.findings.append(f"{m}: {n_of(len(good), len(learned))} show period-S weak phases "
+                              f"({', '.join(u.run for u in good)}).")
+        if bad:
+            c.exceptions.append(f"{m}: {', '.join(u.run for u in bad)} learned, but "
+                                + ("no seed shows" if not good else "does not show") + " a period-S effect ("
+                                + "; ".join(f"{u.run}: {u.why_not()}" for u in bad) + ")")
         elif good:
             passing += 1
         else:
-            c.exceptions.append(f"{m}: no seed learned ({', '.join(sorted({r.run for r in group}))}), so it cannot show "
+            c.exceptions.append(f"{m}: no seed learned ({', '.join(u.run for u in mine)}), so it cannot show "
                                 "the effect either way")
+    c.count = n_of(shown, counted)
     untrained = d.get("not_trained") or []
     if untrained:
         c.findings.append(f"Not trained yet: {', '.join(untrained)}.")
@@ -138,6 +148,7 @@ def rule_sweep(data: dict) -> Claim:
     extra = sorted(set(d.get("not_trained") or []) - set(untrained))
     if extra:
         c.findings.append(f"Override runs not trained: {', '.join(extra)}.")
+    c.count = n_of(passing, len(members), "pairs")
     c.verdict = "holds" if members and passing == len(members) and not untrained else "does not hold"  # every pair
     return c
 

@@ -3,14 +3,15 @@
     python -m phaseinterp.report.claims            # rewrite claims.md, README.md's claims block, docs/training.md's sweep
     python -m phaseinterp.report.claims --check    # exit 1 when any of them is stale
 
-Each claim carries its verdict and the rule that decides it, the evidence rows (result file, run, protocol),
-the seeds behind it, both tests (spectral: `dominant_period`; permutation: `p_phase`, `p_periodic`, verdict)
-and its exceptions by name. A claim whose evidence is not in the files says "no result file" and is not a pass.
+Each claim carries its verdict and the rule that decides it, what it counts (seeds: "k of n seeds"), the evidence
+rows (result file, run, protocol), the seeds behind it, both tests (spectral: `dominant_period`; permutation:
+`p_phase`, `p_periodic`, verdict; adjusted across the family the claim pools, `claim_units`) and its exceptions
+by name. A claim whose evidence is not in the files says "no result file" and is not a pass.
 Optional inputs (the control on a harder task, the paper's variants, the rule's sweep, the member table across
 seeds, gate cycling, the theory) are read when present. README.md quotes the verdict table between the markers
 `<!-- claims:begin -->` and `<!-- claims:end -->`, docs/training.md the rule's sweep (B7) between
-`<!-- rule-sweep:begin -->` and `<!-- rule-sweep:end -->`; `tests/test_claims.py` fails when any of these texts
-differs from a fresh render.
+`<!-- rule-sweep:begin -->` and `<!-- rule-sweep:end -->` and the sentences of `claim_docs.BLOCKS` between their
+own markers; `tests/test_claims.py` fails when any of these texts differs from a fresh render.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from phaseinterp import assets
 from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.report import claim_checks as checks
+from phaseinterp.report import claim_docs as docs
 from phaseinterp.report import claim_findings as findings
 from phaseinterp.report import claim_sweeps as sweeps
 from phaseinterp.report.claim_rows import evidence_table, interval, table
@@ -44,6 +46,9 @@ INPUTS = {
     "mitigations": "results/mitigations/mitigations.json",
     "nsa": "results/nsa.json",
     "smollm2": "results/smollm2.json",
+    "undemo3_seeds": "results/rule/seeds-w8s8-undemo3.json",
+    "undemo3_s0": "results/rule/pilot-w8s8-undemo3-s0.json",
+    "undemo3_s1": "results/rule/pilot-w8s8-undemo3-s1.json",
 }
 #: Per-run curve files of the mitigation study (dominant period and verdict per seed).
 MITIGATION_CURVES = "results/mitigations/curves"
@@ -117,21 +122,24 @@ def members_section(data: dict) -> list[str]:
 def claim_section(c: checks.Claim) -> list[str]:
     head = f"## Claim {c.key}: {c.title}" if c.key.isdigit() else f"## Beyond the paper ({c.key}): {c.title}"
     lines = [head, "", f"*{c.statement}*", "", f"**Verdict: {c.verdict}.** Rule: {c.rule}.", ""]
+    lines += [f"- Counted: {c.count or 'nothing to count'}"]
     lines += [f"- Evidence: {', '.join(f'`{s}`' for s in c.sources) or 'no result file'}"
               + (f" ({len(c.rows)} rows below)" if c.rows else "")]
     lines += [f"- Tests: {c.tests or 'no curve to test'}"]
     lines += ["- Seeds: " + ("; ".join(c.seeds) if c.seeds else "none")]
     lines += [f"- Exceptions ({len(c.exceptions)}): " + ("; ".join(c.exceptions) if c.exceptions else "none")]
     lines += [f"- {f}" for f in c.findings] + [""]
+    if c.table:
+        lines += c.table + [""]
     if c.rows:
         lines += evidence_table(c.rows) + [""]
     return lines
 
 
 def summary_table(claims: list[checks.Claim]) -> list[str]:
-    return table(["claim", "verdict", "exceptions", "evidence"],
-                 [[f"{c.key}. {c.title}", c.verdict, len(c.exceptions), ", ".join(f"`{s}`" for s in c.sources) or
-                   "no result file"] for c in claims])
+    return table(["claim", "verdict", "counted", "exceptions", "evidence"],
+                 [[f"{c.key}. {c.title}", c.verdict, c.count or "-", len(c.exceptions),
+                   ", ".join(f"`{s}`" for s in c.sources) or "no result file"] for c in claims])
 
 
 def render(data: dict | None = None) -> str:
@@ -143,9 +151,13 @@ def render(data: dict | None = None) -> str:
              "tests/test_claims.py fails when this page is stale. -->", "",
              "PAPER.md's six claims and the findings beyond the paper. Each states the rule that decides its verdict; "
              "only \"holds\" and \"holds with exceptions\" are a pass, and a claim without a result file is none. "
+             "The unit is a seed (one trained run): a seed's protocols are judged together and the counts are seeds "
+             "(\"counted\"), curves only as detail. p-values a verdict pools are corrected across the tests it pools "
+             "(Benjamini-Hochberg or Holm, named in each rule with the family's size). "
              "Spectral test: the curve's dominant period (the smallest period carrying 90% of its spectral power). "
              "Permutation test: p (phase) for any phase effect, p (period S) and the verdict for period S "
-             "(`docs/statistics.md`). Intervals of single curves are within one model; seeds vary more.", ""]
+             "(`docs/statistics.md`, \"Claims: seeds and multiplicity\"). Intervals of single curves are within one "
+             "model; seeds vary more.", ""]
     lines += summary_table(claims) + [""]
     for c in claims:
         lines += claim_section(c)
@@ -157,8 +169,8 @@ def readme_block(data: dict | None = None) -> str:
     """The verdict table README.md quotes (between the claims markers)."""
     data = load_inputs() if data is None else data
     claims = evaluate(data)
-    rows = [[f"{c.key}. {c.title}", c.verdict, len(c.exceptions)] for c in claims]
-    return "\n".join([BEGIN, *table(["claim", "verdict", "exceptions"], rows), END])
+    rows = [[f"{c.key}. {c.title}", c.verdict, c.count or "-", len(c.exceptions)] for c in claims]
+    return "\n".join([BEGIN, *table(["claim", "verdict", "counted", "exceptions"], rows), END])
 
 
 def sweep_block(data: dict | None = None) -> str:
@@ -167,6 +179,14 @@ def sweep_block(data: dict | None = None) -> str:
     lines = [SWEEP_BEGIN, f"Verdict (finding B7 of `assets/results/claims.md`): **{c.verdict}**. Rule: {c.rule}.", ""]
     lines += [f"- {f}" for f in c.findings] + [f"- Exception: {e}" for e in c.exceptions]
     return "\n".join([*lines, SWEEP_END])
+
+
+def training_blocks(data: dict | None = None) -> list[tuple[str, str, str]]:
+    """(block, begin marker, end marker) for every block docs/training.md quotes: the rule's sweep (B7) and
+    `claim_docs.BLOCKS`."""
+    data = load_inputs() if data is None else data
+    return [(sweep_block(data), SWEEP_BEGIN, SWEEP_END)] + [(docs.block(name, data), *docs.markers(name))
+                                                            for name in docs.BLOCKS]
 
 
 def with_block(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
@@ -196,11 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     data = load_inputs(args.root)
     text = render(data)
     pages = [(args.out, args.out.read_text() if args.out.is_file() else None, text)]
-    for path, block, begin, end in ((args.readme, readme_block(data), BEGIN, END),
-                                    (args.training_doc, sweep_block(data), SWEEP_BEGIN, SWEEP_END)):
-        if path.is_file():
-            now = path.read_text()
-            pages.append((path, now, with_block(now, block, begin, end)))
+    if args.readme.is_file():
+        now = args.readme.read_text()
+        pages.append((args.readme, now, with_block(now, readme_block(data))))
+    if args.training_doc.is_file():
+        now = new = args.training_doc.read_text()
+        for block, begin, end in training_blocks(data):
+            new = with_block(new, block, begin, end)
+        pages.append((args.training_doc, now, new))
     if args.check:
         stale = [str(path) for path, now, new in pages if now != new]
         if stale:
