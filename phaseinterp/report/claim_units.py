@@ -122,6 +122,11 @@ class SeedUnit:
         return self.spectral_ok and any(r.permutation_ok for r in self.effects)
 
     @property
+    def shows_period_strict(self) -> bool:
+        """The stricter rule, reported beside `SEED_RULE`: every protocol with a phase effect passes both tests."""
+        return bool(self.effects) and all(r.spectral_ok and r.permutation_ok for r in self.effects)
+
+    @property
     def rejected(self) -> list[Row]:
         """Protocols with a phase effect whose permutation test rejects period S (after correction)."""
         return [r for r in self.effects if not r.permutation_ok]
