@@ -121,7 +121,7 @@ def test_the_verbs_take_names(tmp_path, capsys):
 
 def test_reproduce_reads_the_assets_folders():
     from phaseinterp.commands.reproduce import ASSETS
-    from phaseinterp.report import zoo
+    from experiments.zoo import section as zoo
 
     assert ASSETS == ROOT / "assets" / "checkpoints"  # from a checkout
     assert zoo.RESULTS == ROOT / "assets" / "results" / "zoo.json"

@@ -3,11 +3,10 @@
 Sections: phase curves and the periodicity table of every shipped checkpoint; knockout
 specialization maps (a compressed model and full attention); gate statistics, profiles, the
 (static, per-window) plane, gate cycling and gate dynamics; the theory simulator; and the tiny
-HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip); and the mitigation
-study's shipped results (`experiments/mitigations`); the zoo table (`assets/results/zoo.json`,
-every compressor trained by the recipe rule, `experiments/zoo`); the SmolLM2 and NSA studies' results.
-Every section calls library functions; the study sections read result files. A section that fails is
-reported in the page and on stderr, and the command exits non-zero.
+HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip). Every section calls
+library functions. A study adds its own sections through `run(args, extra=...)` (the studies' full
+report: `python -m experiments.report` in a checkout). A section that fails is reported in the page
+and on stderr, and the command exits non-zero.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from phaseinterp import assets
 
@@ -184,14 +183,12 @@ def deepseek(quick: bool):
     return Section("DeepSeek-V4 through nnsight (tiny random model)", text, [table], [phase_figure(curve), flip_figure(flip)])
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, extra: Sequence[tuple[str, Callable[[], Any]]] = ()) -> int:
+    """Write the report of `args` (the verb's options); `extra`: (name, section builder) pairs appended
+    after the library's own sections."""
     import torch
     from tqdm import tqdm
 
-    from phaseinterp.report.mitigations import mitigation_section
-    from phaseinterp.report.smollm2 import smollm2_section
-    from phaseinterp.report.nsa import nsa_section
-    from phaseinterp.report.zoo import zoo_section
     from phaseinterp.measure.provenance import versions
     from phaseinterp.report import write_report
 
@@ -207,10 +204,7 @@ def run(args: argparse.Namespace) -> int:
         ("gates", lambda: gates(ckpts, n, n_boot)),
         ("theory", lambda: theory(args.quick)),
         ("deepseek-v4", lambda: deepseek(args.quick)),
-        ("mitigations", mitigation_section),
-        ("zoo", zoo_section),
-        ("smollm2", smollm2_section),
-        ("nsa", nsa_section),
+        *extra,
     ]
     from phaseinterp.report import Section
 

@@ -8,9 +8,9 @@ theory's coverage read `theory.json` (`python -m experiments.theory.run`). A mis
 from __future__ import annotations
 
 
-from phaseinterp.report.claim_checks import Claim, seeds_of, share_verdict, tests_line, zoo_rows
-from phaseinterp.report.claim_rows import ALPHA, FULL_TOLERANCE_PP, interval, mitigation_row, nsa_rows, num, pct, smollm2_row
-from phaseinterp.report.claim_units import SEED_RULE, correct, n_of, seed_units
+from experiments.claims.claim_checks import Claim, seeds_of, share_verdict, tests_line, zoo_rows
+from experiments.claims.claim_rows import ALPHA, FULL_TOLERANCE_PP, interval, mitigation_row, nsa_rows, num, pct, smollm2_row
+from experiments.claims.claim_units import SEED_RULE, correct, n_of, seed_units
 
 #: every zoo-shaped table: finding B1 reads the training rows of all of them
 ZOO_TABLES = ("zoo", "zoo_seeds", "control", "variants", "rule_sweep")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phaseinterp.report import claim_sweeps
+from experiments.claims import claim_sweeps
 
 PATHS = {"variants": "variants/zoo.json", "rule_sweep": "rule-sweep/zoo.json"}
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from phaseinterp.measure.pvalues import adjust
-from phaseinterp.report.claim_rows import ALPHA, Row
+from experiments.claims.claim_rows import ALPHA, Row
 
 #: How each correction is named on the page.
 METHOD_NAMES = {"bh": "Benjamini-Hochberg (false discovery rate 0.05)", "holm": "Holm (family-wise error rate 0.05)"}

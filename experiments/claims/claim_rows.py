@@ -1,4 +1,4 @@
-"""Evidence rows for `phaseinterp.report.claims`: one phase curve from a result file, with both tests' verdicts.
+"""Evidence rows for `experiments.claims.claims`: one phase curve from a result file, with both tests' verdicts.
 
 A row names its result file and run, and carries what a reader checks first: mean, held-out gap with its
 interval, the spectral test (`dominant_period`: the smallest period whose harmonics carry 90% of the curve's

@@ -1,5 +1,5 @@
-"""Sentences of docs/training.md that carry numbers, rendered from the result files by `phaseinterp.report.claims`
-between markers `<!-- NAME:begin -->` and `<!-- NAME:end -->` (`BLOCKS`); `tests/test_claims.py` fails when one
+"""Sentences of docs/training.md that carry numbers, rendered from the result files by `experiments.claims.claims`
+between markers `<!-- NAME:begin -->` and `<!-- NAME:end -->` (`BLOCKS`); `experiments/claims/test_claims.py` fails when one
 is stale. Each function takes the parsed inputs (`claims.load_inputs`) and returns the text between the markers.
 """
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from scipy.stats import fisher_exact
 
-from phaseinterp.report import claim_checks as checks
-from phaseinterp.report.claim_rows import interval, num, pct
-from phaseinterp.report.claim_units import seed_units
+from experiments.claims import claim_checks as checks
+from experiments.claims.claim_rows import interval, num, pct
+from experiments.claims.claim_units import seed_units
 
 
 def _missing(what: str) -> str:

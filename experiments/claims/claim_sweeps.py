@@ -14,8 +14,8 @@ import math
 import re
 from collections import defaultdict
 
-from phaseinterp.report.claim_checks import Claim, member_of, seeds_of, share_verdict, tests_line, zoo_rows
-from phaseinterp.report.claim_units import SEED_RULE, correct, n_of, seed_units
+from experiments.claims.claim_checks import Claim, member_of, seeds_of, share_verdict, tests_line, zoo_rows
+from experiments.claims.claim_units import SEED_RULE, correct, n_of, seed_units
 
 #: A sweep pair passes when at least this share of its seeds learned (the issue's "3 of 4 seeds")...
 LEARNED_SHARE = 0.75

@@ -1,4 +1,4 @@
-"""PAPER.md's six claims, judged from the result files (`phaseinterp.report.claims` renders them).
+"""PAPER.md's six claims, judged from the result files (`experiments.claims.claims` renders them).
 
 Each function takes the parsed inputs (`claims.load_inputs`; a missing file is None) and returns a `Claim`:
 its verdict by a rule stated in the claim itself, the evidence rows, the seeds behind it, the count the
@@ -16,11 +16,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from phaseinterp.measure import PeriodComponent, period_component, unpack_correct
-from phaseinterp.report.claim_rows import Row, pct, periodicity_row, table, zoo_row
-from phaseinterp.report.claim_rows import p as fmt_p
-from phaseinterp.report.claim_units import (SEED_RULE, SeedUnit, correct, floor_note, member_of, n_of,
+from experiments.claims.claim_rows import Row, pct, periodicity_row, table, zoo_row
+from experiments.claims.claim_rows import p as fmt_p
+from experiments.claims.claim_units import (SEED_RULE, SeedUnit, correct, floor_note, member_of, n_of,
                                             seed_units)
-from phaseinterp.report.results_md import wilson
+from experiments.claims.results_md import wilson
 
 PASSING = ("holds", "holds with exceptions")
 NO_FILE = "no result file"

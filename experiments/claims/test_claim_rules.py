@@ -14,11 +14,11 @@ from scipy.stats import false_discovery_control
 
 from phaseinterp.measure import bh_adjust, dominant_period, holm_adjust, period_component, unpack_correct
 from phaseinterp.measure.pvalues import adjust
-from phaseinterp.report import claim_checks, claims
-from phaseinterp.report.claim_rows import Row
-from phaseinterp.report.claim_units import SeedUnit, correct, floor_note, seed_units
+from experiments.claims import claim_checks, claims
+from experiments.claims.claim_rows import Row
+from experiments.claims.claim_units import SeedUnit, correct, floor_note, seed_units
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

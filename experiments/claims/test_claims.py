@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from phaseinterp.measure import pack_correct
-from phaseinterp.report import claim_checks, claim_docs, claim_findings, claim_sweeps, claims
+from experiments.claims import claim_checks, claim_docs, claim_findings, claim_sweeps, claims
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,14 @@ def data():
 
 def test_committed_claims_page_and_readme_block_are_fresh(data):
     assert (ROOT / "assets" / "results" / "claims.md").read_text() == claims.render(data), \
-        "assets/results/claims.md is stale: run `python -m phaseinterp.report.claims`"
+        "assets/results/claims.md is stale: run `python -m experiments.claims.claims`"
     readme = (ROOT / "README.md").read_text()
     assert claims.with_block(readme, claims.readme_block(data)) == readme, \
-        "README.md's claims block is stale: run `python -m phaseinterp.report.claims`"
+        "README.md's claims block is stale: run `python -m experiments.claims.claims`"
     training = (ROOT / "docs" / "training.md").read_text()
     for block, begin, end in claims.training_blocks(data):  # the rule's sweep and every claim_docs block
         assert claims.with_block(training, block, begin, end) == training, \
-            f"docs/training.md's block {begin} is stale: run `python -m phaseinterp.report.claims`"
+            f"docs/training.md's block {begin} is stale: run `python -m experiments.claims.claims`"
 
 
 def test_check_flag_reports_a_stale_page(tmp_path, capsys):
@@ -64,7 +64,7 @@ def _by_key(cs):
 def _claim1_seeds(data) -> tuple[int, int]:
     """Claim 1's seed count straight from the tables' rows (`test_claim_rules.independent_seed_count` repeats the
     whole rule; this is the part the page's numbers test needs): learned compressed seeds counted, and passing."""
-    from tests.test_claim_rules import independent_seed_count
+    from experiments.claims.test_claim_rules import independent_seed_count
 
     return independent_seed_count(data)
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from phaseinterp.report import results_md
+from experiments.claims import results_md
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_committed_results_page_is_fresh():
     committed = (ROOT / "docs" / "results.md").read_text()
-    assert committed == results_md.render(), "docs/results.md is stale: run `python -m phaseinterp.report.results_md`"
+    assert committed == results_md.render(), "docs/results.md is stale: run `python -m experiments.claims.results_md`"
 
 
 def test_check_flag_reports_a_stale_page(tmp_path, capsys):
