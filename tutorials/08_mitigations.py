@@ -37,7 +37,6 @@ import phaseinterp
 from phaseinterp import CompressionConfig
 from phaseinterp.measure import phase_sweep
 from phaseinterp.plot import memory_figure
-from phaseinterp.train.variants import VARIANTS, entries_per_token
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.mitigation import Mitigation, coverage_penalty, recorded_key_gates, shifted_grid
 
@@ -74,11 +73,14 @@ for o in (1, 2, 3):
 # by S/k, each with its own gates (k/S entries per token), and overlapping windows are `window >
 # stride`. Training-time options live in `TrainConfig(mitigation=Mitigation(...))`.
 
+# %% [markdown]
+# The equal-budget study below (`experiments/mitigations/variants.py` in the repository) compares
+# these variants, each differing from the W4/S4 baseline in one option:
+
 # %%
-for name, v in VARIANTS.items():
-    model_cfg, tcfg = v.configs(seed=0)
-    print(f"{name:15s} entries/token {entries_per_token(model_cfg):.3f}  mitigation {tcfg.mitigation}  "
-          f"- {v.description}")
+variants = json.loads((RESULTS / "mitigations.json").read_text())["variants"]
+for name, description in variants.items():
+    print(f"{name:15s} - {description}")
 
 # %%
 multi = CompressionConfig(window=4, stride=4, chunkings=2)
