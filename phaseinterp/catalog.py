@@ -29,9 +29,11 @@ from phaseinterp import assets
 
 MANIFEST = Path(__file__).resolve().parent / "catalog.json"
 #: What a wheel carries (globs inside an assets folder): the checkpoints `phaseinterp reproduce`
-#: sweeps (with their cards and the W4/S4 training series) and the result files the report reads.
+#: sweeps (with their cards and the W4/S4 training series and log, which tutorial 05 reads) and the result
+#: files the report reads.
 PACKAGE_DATA = [
     "checkpoints/*.safetensors", "checkpoints/*.json", "checkpoints/w4s4/*.safetensors",
+    "checkpoints/w4s4.metrics.jsonl",
     "results/mitigations/mitigations.json", "results/mitigations/knockout/*.json", "results/zoo.json",
     "results/zoo-seeds/zoo.json", "results/zoo_members.json", "results/smollm2.json", "results/nsa.json",
 ]
