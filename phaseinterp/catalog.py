@@ -29,9 +29,11 @@ from phaseinterp import assets
 
 MANIFEST = Path(__file__).resolve().parent / "catalog.json"
 #: What a wheel carries (globs inside an assets folder): the checkpoints `phaseinterp reproduce`
-#: sweeps (with their cards and the W4/S4 training series) and the result files the report reads.
+#: sweeps (with their cards and the W4/S4 training series and log, which tutorial 05 reads) and the result
+#: files the report reads.
 PACKAGE_DATA = [
     "checkpoints/*.safetensors", "checkpoints/*.json", "checkpoints/w4s4/*.safetensors",
+    "checkpoints/w4s4.metrics.jsonl",
     "results/mitigations/mitigations.json", "results/mitigations/knockout/*.json", "results/zoo.json",
     "results/zoo-seeds/zoo.json", "results/zoo_members.json", "results/smollm2.json", "results/nsa.json",
 ]
@@ -58,6 +60,13 @@ class ModelInfo:
     task: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def group(self) -> str:
+        """The family it was shipped with: its folder under `checkpoints/` (`zoo`, `nsa`, `variants`, ...),
+        or "core" for the top-level checkpoints (the models the wheel carries)."""
+        folder = PurePosixPath(self.path).parent
+        return "core" if folder.name == "checkpoints" else folder.relative_to("checkpoints").as_posix()
+
+    @property
     def installed(self) -> bool:
         """Whether an assets folder holds its checkpoint and card."""
         return assets.find(self.path) is not None and assets.find(Path(self.path).with_suffix(".json")) is not None
@@ -81,11 +90,12 @@ def model_info(name: str) -> ModelInfo:
     """The shipped model called `name`; ValueError listing the known names otherwise."""
     known = {m.name: m for m in models()}
     if name not in known:
+        # the nearest names, not all of them: a typo's answer is the name it meant (the list is `phaseinterp models`)
         close = difflib.get_close_matches(name, list(known), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ValueError(f"model name {name!r} is unknown{hint}: allowed a checkpoint file, a training-run folder, a "
-                         f"HuggingFace model folder or a shipped model name: {', '.join(sorted(known))} "
-                         "(phaseinterp.models() describes them)")
+                         f"HuggingFace model folder or one of the {len(known)} shipped model names "
+                         "(`phaseinterp models --all` lists them, phaseinterp.models() describes them)")
     return known[name]
 
 

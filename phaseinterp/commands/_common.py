@@ -23,7 +23,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
     from phaseinterp.tasks.names import PROTOCOLS, VARIANTS
 
-    p.add_argument("--modulus", type=int, help="residue modulus R (default: lcm of the model's strides)")
+    p.add_argument("--modulus", type=int, help="residue modulus R (default: the one its card's phase curve used, else lcm of the model's strides)")
     p.add_argument("--n-per-residue", type=int, default=n_per_residue,
                    help=f"logical examples per residue (default {n_per_residue})")
     p.add_argument("--protocol", choices=PROTOCOLS, help="padding protocol (default: the card's, else prefix)")
@@ -90,6 +90,14 @@ def card_task(args: argparse.Namespace) -> dict[str, Any]:
     return task or {}
 
 
+def _card_modulus(args: argparse.Namespace) -> int | None:
+    """The residue modulus of the card's phase curve (`phase_curve.task.modulus`), or None."""
+    loaded = getattr(args, "loaded", None)
+    card = (loaded.card if loaded is not None else None) or {}
+    modulus = (card.get("phase_curve") or {}).get("task", {}).get("modulus")
+    return modulus if isinstance(modulus, int) and modulus > 0 else None
+
+
 def check_device(device: str) -> None:
     """Refuse a device this machine does not have, naming what it has."""
     import torch
@@ -147,7 +155,10 @@ def make_task(args: argparse.Namespace, model):
     from phaseinterp.tasks import RecordLookup, default_modulus
 
     cfg = model.cfg
-    if args.modulus is None:
+    measured = _card_modulus(args)  # the modulus the card's phase curve was measured at (models, the API example)
+    if args.modulus is None and measured:
+        modulus = measured
+    elif args.modulus is None:
         try:
             modulus = default_modulus(cfg.strides)
         except ValueError:

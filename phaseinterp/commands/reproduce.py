@@ -53,6 +53,30 @@ def _card_batches(path: Path, model, n: int, modulus: int, *, calibration: bool 
     return batch, (task.sample(n, modulus, seed=0, split="calibration") if calibration else None)
 
 
+def duration(seconds: float | None) -> str:
+    """A training time as people read it: "45 s", "34 min", "2.5 h" ("-" when the card has none).
+
+    Example:
+        >>> duration(2010.4), duration(45.2), duration(9000), duration(None)
+        ('34 min', '45 s', '2.5 h', '-')
+    """
+    if seconds is None or seconds != seconds:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def periodicity_cell(curve, compressed: bool = True) -> str:
+    """`periodicity_pp` to one decimal, or a dash with the reason it is undefined (never NaN): no period
+    to test (full attention), or the period equals the modulus (one period per curve, nothing to compare)."""
+    if curve.periodicity_pp == curve.periodicity_pp:  # not nan
+        return f"{curve.periodicity_pp:.1f}"
+    if curve.period is None or not compressed:
+        return "- (full attention: no stride to test)"
+    return f"- (period {curve.period} = modulus {curve.modulus}: one period, nothing to compare)"
+
+
 def phase_curves(ckpts: list[Path], n: int, n_boot: int):
     import pandas as pd
 
@@ -76,8 +100,9 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
         curve = phase_sweep(model, batch, period=period, n_boot=n_boot, n_perm=n_boot, progress=False, label=name)
         curves[name] = curve
         rows.append({"checkpoint": name, "strides": str(list(model.cfg.strides) or "full"),
-                     "train s": card.get("wall_time_s"), "mean %": 100 * curve.mean, "worst %": 100 * curve.worst,
-                     "gap pp": curve.gap_pp, "periodicity pp": curve.periodicity_pp, "p (no phase effect)": curve.p_value})
+                     "train time": duration(card.get("wall_time_s")), "mean %": 100 * curve.mean,
+                     "worst %": 100 * curve.worst, "gap pp": curve.gap_pp, "periodicity pp": periodicity_cell(curve, bool(model.cfg.strides)),
+                     "p (no phase effect)": curve.p_value})
     text = (f"Record lookup at matched protocol (each checkpoint's card), {n} logical examples per residue mod "
             f"{modulus}, prefix padding. Compressed models show accuracy periodic in the needle position with "
             "period S; full attention is flat. Intervals: logical-example cluster bootstrap.")

@@ -15,13 +15,12 @@ from typing import Any, Callable, Iterator
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from phaseinterp.config import period_of, renamed_keyword
 from phaseinterp.measure.curve import PhaseCurve
 from phaseinterp.measure.journal import Journal, batch_fingerprint, model_fingerprint, open_journal
 from phaseinterp.measure.provenance import model_config
-from phaseinterp.progress import check_progress
+from phaseinterp.progress import check_progress, tqdm  # tqdm.auto only with ipywidgets (no TqdmWarning)
 from phaseinterp.tasks import PhaseBatch
 
 Model = Callable[[Int[Tensor, "batch pos"]], Any]

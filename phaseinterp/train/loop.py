@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from phaseinterp.config import ModelConfig
 from phaseinterp.families import FAMILIES, family_of_config, family_of_model
+from phaseinterp.progress import tqdm  # tqdm.auto only with ipywidgets (no TqdmWarning)
 from phaseinterp.families.hf_causal_lm import HFCausalLM, HFModelSpec
 from phaseinterp.measure.provenance import versions
 from phaseinterp.model import HookedCompressedTransformer
