@@ -1,4 +1,4 @@
-"""PAPER.md's six claims, judged from the result files (`experiments.claims.claims` renders them).
+"""the paper's six claims (docs/paper.md), judged from the result files (`experiments.claims.claims` renders them).
 
 Each function takes the parsed inputs (`claims.load_inputs`; a missing file is None) and returns a `Claim`:
 its verdict by a rule stated in the claim itself, the evidence rows, the seeds behind it, the count the
@@ -221,7 +221,7 @@ def claim1(data: dict) -> Claim:
 
 #: full attention's period-S component must stay below this share of the compressed arms' median on the same task
 EQUIVALENCE_SHARE = 0.25
-#: the paper's full-attention gap (PAPER.md 5: 4.3 pp), for scale: a period-S component of at most half of it
+#: the paper's full-attention gap (docs/paper.md; the paper's section 5: 4.3 pp), for scale: a period-S component of at most half of it
 PAPER_FULL_GAP_PP = 4.3
 _COMPONENTS: dict[tuple, PeriodComponent | None] = {}
 

@@ -15,7 +15,7 @@ from experiments.claims.claim_units import SEED_RULE, correct, n_of, seed_units
 #: every zoo-shaped table: finding B1 reads the training rows of all of them
 ZOO_TABLES = ("zoo", "zoo_seeds", "control", "variants", "rule_sweep")
 
-#: the paper's lowest gate-cycling R^2 (PAPER.md: 0.66-1.00): a seed's cycling "moves the weak phases as
+#: the paper's lowest gate-cycling R^2 (the paper: 0.66-1.00): a seed's cycling "moves the weak phases as
 #: predicted" when its median R^2 over the deltas reaches it
 PAPER_R2 = 0.66
 
