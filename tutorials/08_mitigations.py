@@ -75,7 +75,7 @@ for o in (1, 2, 3):
 # these variants, each differing from the W4/S4 baseline in one option:
 
 # %%
-variants = json.loads((RESULTS / "mitigations.json").read_text())["variants"]
+variants = json.loads(asset("results/mitigations/mitigations.json").read_text())["variants"]
 for name, description in variants.items():
     print(f"{name:15s} - {description}")
 
