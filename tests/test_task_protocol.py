@@ -204,3 +204,18 @@ def test_register_task_refuses_a_taken_name_and_a_bad_task():
         make_task(f"{__name__}:StandIn")
     calib = Induction(seq_len=48, min_distance=20, vocab=(10, 200))
     assert not torch.equal(calib.sample(2, 4).tokens, calib.sample(2, 4, split="calibration").tokens)
+
+
+def test_the_trainers_evaluation_takes_a_task_defined_here():
+    from phaseinterp.train.evaluate import phase_curve
+
+    class Oracle(StandIn):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))  # phase_curve runs where the parameters are
+
+    out = phase_curve(Oracle(), None, modulus=4, n_per_residue=6, task=ToyTask(value_len=2), batch_size=7)
+    assert out["accuracy"] == [0.0, 0.0, 1.0, 1.0] and out["n"] == [6] * 4
+    assert out["task"]["task"] == "toy" and out["task"]["value_len"] == 2
+    with pytest.raises(ValueError, match="task overrides \\['n_records'\\] are invalid"):
+        phase_curve(Oracle(), None, modulus=4, task=ToyTask(), n_records=4)

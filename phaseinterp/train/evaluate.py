@@ -31,7 +31,7 @@ def rows_for(task_kwargs: dict[str, Any], modulus: int) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int = 256, seed: int = 1000,
+def phase_curve(model, mixture: Mixture | None, *, modulus: int = 8, n_per_residue: int = 256, seed: int = 1000,
                 protocol: str = "prefix", batch_size: int = 256, task: Task | None = None,
                 **task_overrides: Any) -> dict[str, Any]:
     """Top-1 accuracy of `model` by target key position mod `modulus` on a matched
@@ -41,7 +41,8 @@ def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int
 
     Args:
         model: a HookedCompressedTransformer (or any tokens -> logits module).
-        mixture: the training mixture (vocabulary split, sequence length, record counts).
+        mixture: the training mixture (vocabulary split, sequence length, record counts); not
+            used with `task`.
         modulus: residue modulus R (>= 1).
         n_per_residue: logical examples, each rendered at every residue (>= 1).
         seed: task seed (evaluation prompts are not training batches: different generator).
@@ -55,6 +56,8 @@ def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int
     if isinstance(modulus, bool) or not isinstance(modulus, int) or modulus < 1:
         raise ValueError(f"modulus={modulus!r} is invalid: allowed an integer >= 1")
     if task is None:
+        if mixture is None:
+            raise ValueError("mixture=None is invalid without task=: allowed a Mixture (the matched record lookup)")
         kwargs = mixture.eval_task_kwargs(protocol=protocol)
         kwargs.update(task_overrides)
         task = RecordLookup(**kwargs)
