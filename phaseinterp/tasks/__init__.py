@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # what a type checker reads; at run time each name is importe
         Geometry as Geometry, MatchedTargets as MatchedTargets, default_modulus as default_modulus)
     from phaseinterp.tasks.names import PROTOCOLS as PROTOCOLS, SPLITS as SPLITS, VARIANTS as VARIANTS
     from phaseinterp.tasks.pools import TokenPools as TokenPools, to_str_tokens as to_str_tokens
+    from phaseinterp.tasks.prose import ProseNeedle as ProseNeedle
     from phaseinterp.tasks.protocol import (
         TASK_KINDS as TASK_KINDS, Task as Task, TaskKind as TaskKind, make_task as make_task,
         register_task as register_task, task_from_card as task_from_card, task_kinds as task_kinds)
@@ -27,6 +28,7 @@ _EXPORTS = {
     **dict.fromkeys(('TokenPools', 'to_str_tokens'), "pools"),
     **dict.fromkeys(('PROTOCOLS', 'SPLITS', 'VARIANTS'), "names"),
     **dict.fromkeys(('RecordLookup',), "record_lookup"),
+    **dict.fromkeys(('ProseNeedle',), "prose"),
     **dict.fromkeys(('TextRecordLookup', 'TASKS'), "text"),
 }
 __all__ = sorted(_EXPORTS)

@@ -4,7 +4,7 @@ the library's registered task names, the evaluation splits and the task variants
 PROTOCOLS = ("prefix", "insequence")
 
 #: The library's registered tasks (`phaseinterp.tasks.TASK_KINDS`; listed here for `--help`).
-BUILTIN_TASKS = ("record_lookup", "induction", "text_record_lookup")
+BUILTIN_TASKS = ("record_lookup", "induction", "text_record_lookup", "prose")
 
 SPLITS = ("eval", "calibration")
 

@@ -69,10 +69,12 @@ def _builtin() -> None:
     from phaseinterp.tasks.induction import Induction
     from phaseinterp.tasks.record_lookup import RecordLookup
     from phaseinterp.tasks.niah import text_record_lookup
+    from phaseinterp.tasks.prose import ProseNeedle
 
     for kind in (TaskKind("record_lookup", RecordLookup.from_options, "key-value record lookup (the paper's)"),
                  TaskKind("induction", Induction, "random-token induction, one query at the final position"),
-                 TaskKind("text_record_lookup", text_record_lookup, "record lookup from word lists on a HF tokenizer")):
+                 TaskKind("text_record_lookup", text_record_lookup, "record lookup from word lists on a HF tokenizer"),
+                 TaskKind("prose", ProseNeedle, "needle in a prose haystack, multi-token answer (teacher forced)")):
         TASK_KINDS.register(kind)
 
 
