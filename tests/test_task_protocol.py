@@ -219,3 +219,17 @@ def test_the_trainers_evaluation_takes_a_task_defined_here():
     assert out["task"]["task"] == "toy" and out["task"]["value_len"] == 2
     with pytest.raises(ValueError, match="task overrides \\['n_records'\\] are invalid"):
         phase_curve(Oracle(), None, modulus=4, task=ToyTask(), n_records=4)
+
+
+def test_patching_and_gate_attribution_run_a_task_defined_here():
+    from phaseinterp.interventions import Pairing, activation_patching, gate_attribution
+
+    model = HookedCompressedTransformer(preset("tiny-w4s4"), seed=0).eval()
+    clean = ToyTask(vocab_size=512, alternatives=True).sample(6, 4)
+    corrupt = ToyTask(vocab_size=512, alternatives=True).sample(6, 4, seed=1)
+    pmap = activation_patching(model, Pairing.custom(clean, corrupt), unit="z", level="layer", n_boot=20,
+                               progress=False)
+    assert pmap.shape == (2, 1, 4) and np.isfinite(pmap.values).all()
+    assert pmap.meta["task"]["task"] == "toy"
+    attr = gate_attribution(model, clean, override="uniform", progress=False)
+    assert attr.attribution.values.shape[-1] == 4 and np.isfinite(attr.exact.values).all()
