@@ -193,3 +193,30 @@ def test_smollm2_tokenizer_on_the_paul_graham_essays():
     pieces = task._tok.convert_ids_to_tokens(b.tokens[0, int(b.key_pos[0]):int(b.value_pos[0]) + 1].tolist())
     assert pieces[:5] == ["ĠThe", "Ġspecial", "Ġmagic", "Ġnumber", "Ġis"] and pieces[-1].isdigit()
     assert (b.answer_pos >= 0).sum(1).tolist() == [4] * 16  # SmolLM2 writes each digit as a token
+
+
+def test_depth_phase_grid_and_its_figure(task):
+    from phaseinterp.measure import depth_phase_grid, evaluate_correct
+    from phaseinterp.plot import depth_phase_figure
+
+    b = task.sample(4, 4)  # depths 1/8, 3/8, 5/8, 7/8 (n_depths=4): one example per depth bin of 4
+    wrong_deep = torch.tensor([d > 0.5 and r % 2 == 1 for d, r in zip(b.meta["depth"], b.residue.tolist())])
+
+    bad = {tuple(row) for row in b.tokens[wrong_deep].tolist()}
+
+    def model(tokens):  # right everywhere except on deep needles at odd residues (their last answer token)
+        logits = torch.nn.functional.one_hot(torch.roll(tokens, -1, 1), 400).float()
+        rows = torch.tensor([tuple(r) in bad for r in tokens.tolist()])
+        logits[rows, -2] = logits[rows, -2].roll(1, -1)
+        return logits
+
+    correct = evaluate_correct(model, b, progress=False)
+    assert torch.equal(correct, ~wrong_deep)
+    grid = depth_phase_grid(correct, b, n_bins=4)
+    assert grid.n.tolist() == [[1] * 4] * 4
+    assert grid.accuracy.tolist() == [[1.0] * 4, [1.0] * 4, [1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0]]
+    assert json.loads(json.dumps(grid.to_dict()))["accuracy"][3] == [1.0, 0.0, 1.0, 0.0]
+    fig = depth_phase_figure(grid)
+    assert fig.data[0].z.tolist()[2] == [100.0, 0.0, 100.0, 0.0] and list(fig.data[0].y) == ["12%", "38%", "62%", "88%"]
+    with pytest.raises(ValueError, match="allowed one entry per row"):
+        depth_phase_grid(correct[:3], b)
