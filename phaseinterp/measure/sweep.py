@@ -79,8 +79,8 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
                      resume: str | Path | Journal | None = None) -> Bool[Tensor, " batch"]:
     """Top-1 correctness per row: the argmax over the full vocabulary of the next-token logits
     at `query_pos` is one of `answers` (a multi-token answer, `batch.answer_pos`: the argmax at every
-    answer position is the answer's token, `phaseinterp.tasks.scoring`). A backend computes those logits (`Backend.sweep_logits`:
-    our model and NSA one full forward per distinct prompt, HF backends the query positions
+    answer position is the answer's token, `phaseinterp.tasks.scoring`). A backend computes those
+    logits (`Backend.sweep_logits`: our model and NSA one full forward per distinct prompt, HF backends the query positions
     only with `logits_to_keep`, and chunked prefill with `prefill_chunk`); for a plain callable,
     rows that share a prompt (several queries) share one forward pass within a minibatch.
 

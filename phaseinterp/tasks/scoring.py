@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Int
 from torch import Tensor
 
 from phaseinterp.tasks.batch import PhaseBatch
@@ -58,10 +58,4 @@ def per_row(correct: Bool[Tensor, "*units token_rows"], owner: Int[Tensor, " tok
     return wrong == 0
 
 
-def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]
-               ) -> Bool[Tensor, "*units batch"]:
-    """Top-1 over the full vocabulary is one of the accepted answers (one token row each)."""
-    return (logits.argmax(-1)[..., None] == answers.to(logits.device)).any(-1)
-
-
-__all__ = ["is_correct", "per_row", "token_rows"]
+__all__ = ["per_row", "token_rows"]
