@@ -41,15 +41,16 @@ def _shipped(folder: Path) -> list[Path]:
 
 
 def _card_batches(path: Path, model, n: int, modulus: int, *, calibration: bool = False):
-    """(batch, calibration batch or None) of the checkpoint's card task (its matched record lookup),
-    prompts seeded 0: what `phaseinterp knockout` / `gates` sample for a carded checkpoint."""
-    from phaseinterp.tasks import RecordLookup
+    """(batch, calibration batch or None) of the checkpoint's card task (`task_from_card`: its
+    matched record lookup unless the card names another task), prompts seeded 0: what
+    `phaseinterp knockout` / `gates` sample for a carded checkpoint."""
+    from phaseinterp.tasks import task_from_card
 
     card = json.loads(path.with_suffix(".json").read_text())
-    task = RecordLookup(**{"protocol": "prefix", **card["data"]["eval_task"]})
-    if task.geometry(modulus).seq_len > model.cfg.n_ctx:
-        raise ValueError(f"{path.stem}: prompts at modulus {modulus} exceed the model's n_ctx={model.cfg.n_ctx}")
+    task = task_from_card({"protocol": "prefix", **card["data"]["eval_task"]})
     batch = task.sample(n, modulus, seed=0)
+    if batch.tokens.shape[1] > model.cfg.n_ctx:
+        raise ValueError(f"{path.stem}: prompts at modulus {modulus} exceed the model's n_ctx={model.cfg.n_ctx}")
     return batch, (task.sample(n, modulus, seed=0, split="calibration") if calibration else None)
 
 
@@ -85,7 +86,7 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
     from phaseinterp.measure import phase_sweep
     from phaseinterp.plot import phase_figure
     from phaseinterp.report import Section
-    from phaseinterp.tasks import RecordLookup
+    from phaseinterp.tasks import task_from_card
 
     models = {path: load(path) for path in ckpts}
     strides = sorted({s for m in models.values() for s in m.cfg.strides})
@@ -94,7 +95,7 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
     for path, model in models.items():
         name = path.stem
         card = json.loads(path.with_suffix(".json").read_text())
-        task = RecordLookup(**card["data"]["eval_task"])
+        task = task_from_card(card["data"]["eval_task"])
         batch = task.sample(n, modulus, seed=1)
         period = model.cfg.residue_modulus or modulus
         curve = phase_sweep(model, batch, period=period, n_boot=n_boot, n_perm=n_boot, progress=False, label=name)

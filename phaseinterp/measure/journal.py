@@ -66,7 +66,9 @@ def model_fingerprint(model: Any) -> str:
 
 def batch_fingerprint(batch: Any) -> str:
     """SHA-256 of a PhaseBatch's rows (tokens, query positions, answers, residues, example ids, modulus)."""
-    return digest(batch.tokens, batch.query_pos, batch.answers, batch.residue, batch.example_id, int(batch.modulus))
+    multi = getattr(batch, "answer_pos", None)  # multi-token answers: their positions count too
+    return digest(batch.tokens, batch.query_pos, batch.answers, batch.residue, batch.example_id, int(batch.modulus),
+                  *(() if multi is None else (multi,)))
 
 
 class Journal:

@@ -22,6 +22,7 @@ from phaseinterp.measure.journal import Journal, batch_fingerprint, model_finger
 from phaseinterp.measure.provenance import model_config
 from phaseinterp.progress import check_progress, tqdm  # tqdm.auto only with ipywidgets (no TqdmWarning)
 from phaseinterp.tasks import PhaseBatch
+from phaseinterp.tasks.scoring import per_row, token_rows
 
 Model = Callable[[Int[Tensor, "batch pos"]], Any]
 
@@ -76,8 +77,9 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
                      device: torch.device | str | None = None, progress: bool = True,
                      resume: str | Path | Journal | None = None) -> Bool[Tensor, " batch"]:
     """Top-1 correctness per row: the argmax over the full vocabulary of the next-token logits
-    at `query_pos` is one of `answers`. A backend computes those logits (`Backend.sweep_logits`:
-    our model and NSA one full forward per distinct prompt, HF backends the query positions
+    at `query_pos` is one of `answers` (a multi-token answer, `batch.answer_pos`: the argmax at every
+    answer position is the answer's token, `phaseinterp.tasks.scoring`). A backend computes those
+    logits (`Backend.sweep_logits`: our model and NSA one full forward per distinct prompt, HF backends the query positions
     only with `logits_to_keep`, and chunked prefill with `prefill_chunk`); for a plain callable,
     rows that share a prompt (several queries) share one forward pass within a minibatch.
 
@@ -110,6 +112,7 @@ def _evaluate(model: Model, batch: PhaseBatch, *, batch_size: int, device: torch
                          "modulus)); a filter may have removed every row")
     model = _resolve(model)
     dev = _device(model, device)
+    batch, owner, n_rows = *token_rows(batch), len(batch)  # one row per scored answer token
     # a Journal given whole was keyed by its maker (e.g. a callable's weights it knows and we do not)
     journal = resume if resume is None or isinstance(resume, Journal) else open_journal(resume, "sweep", {
         "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
@@ -139,7 +142,7 @@ def _evaluate(model: Model, batch: PhaseBatch, *, batch_size: int, device: torch
             out.append((pred[:, None] == mb.answers).any(1))
             if journal is not None:
                 journal.put(f"mb{i:06d}", correct=out[-1].numpy())
-    return torch.cat(out), journal
+    return per_row(torch.cat(out), owner, n_rows), journal
 
 
 def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, batch_size: int = 32,
@@ -192,7 +195,7 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
         if how is not None:  # logits at the query positions only (None: full forwards)
             info["logits"] = how
         if journal is not None:
-            info["resumed"] = {"minibatches": journal.taken, "of": math.ceil(len(batch) / batch_size)}
+            info["resumed"] = {"minibatches": journal.taken, "of": math.ceil(len(token_rows(batch)[0]) / batch_size)}
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
     return PhaseCurve.from_correct(correct, batch, period=period, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})
