@@ -50,6 +50,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from phaseinterp.backends.base import Backend
+from phaseinterp.family import backend_of
 from phaseinterp.units import Unit
 
 SITES = ("head", "layer", "entry", "gate", "gate_logits")
@@ -203,5 +205,23 @@ def add_gate_hooks(bridge: Any) -> list[str]:
     return names
 
 
-__all__ = ["DEEPSEEK_V4_HOOKS", "DEFAULT_HOOKS", "SITES", "add_gate_hooks", "bridge_hook_name", "bridged_model",
-           "language_model_module"]
+class BridgeBackend(Backend):
+    """The family entry of a TransformerLens `TransformerBridge` (`families.bridges`): never built
+    itself; a bridge runs behind the backend of the HF model it holds, chosen by that model's family."""
+
+    @classmethod
+    def wrap(cls, model: Any, stride: int | None = None) -> Backend:
+        return backend_of(bridged_model(model), stride)
+
+
+class LanguageModelBackend(Backend):
+    """The family entry of an nnsight `LanguageModel` (`families.bridges`): it runs behind the backend
+    of the HF model it wraps, chosen by that model's family."""
+
+    @classmethod
+    def wrap(cls, model: Any, stride: int | None = None) -> Backend:
+        return backend_of(language_model_module(model), stride)
+
+
+__all__ = ["BridgeBackend", "DEEPSEEK_V4_HOOKS", "DEFAULT_HOOKS", "LanguageModelBackend", "SITES", "add_gate_hooks",
+           "bridge_hook_name", "bridged_model", "language_model_module"]

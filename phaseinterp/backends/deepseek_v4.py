@@ -39,7 +39,7 @@ from phaseinterp.backends.base import Backend, Site, input_head_site
 from phaseinterp.backends.compression import Compression, slot_logits
 from phaseinterp.backends.hf import HFMixin
 from phaseinterp.backends.units import BackendConfig
-from phaseinterp.convert.deepseek_v4 import compression_config_from_hf, layer_strides
+from phaseinterp.convert.deepseek_v4 import CSA, HCA, compression_config_from_hf, layer_strides
 from phaseinterp.layouts import hf_layouts
 from phaseinterp.model.compressor import slot_positions
 
@@ -59,6 +59,8 @@ def _tuple_site(envoy, index: int) -> Site:
 
     return Site(get=get, set=set_output)
 
+_SHORT = {"sliding_attention": "SWA", CSA: "CSA", HCA: "HCA"}
+
 
 class DeepseekV4Backend(HFMixin, Backend):
     """Backend for HF `DeepseekV4ForCausalLM` (random-weight tiny models or real checkpoints).
@@ -76,6 +78,27 @@ class DeepseekV4Backend(HFMixin, Backend):
         >>> backend.gate_weights(tokens[:2, :32], Unit("gate", 1, 0)).shape  # [batch, entry, 2S, 1, head_dim]
         torch.Size([2, 8, 8, 1, 64])
     """
+
+    @classmethod
+    def wrap(cls, model, stride: int | None = None) -> "DeepseekV4Backend":
+        if stride is not None:
+            raise ValueError(f"stride={stride} is invalid for DeepSeek-V4: allowed None (its strides come from its config)")
+        return cls(model)
+
+    @classmethod
+    def hf_model_types(cls) -> tuple[str, ...]:
+        return ("deepseek_v4",)
+
+    @classmethod
+    def hf_layer_strides(cls, hf_config) -> tuple[int | None, ...]:
+        return layer_strides(hf_config)
+
+    @classmethod
+    def describe_hf(cls, hf_config: dict) -> str:
+        """The layer schedule, e.g. "HCA m=8, CSA m=4, sliding window 16"."""
+        parts = [_SHORT.get(t, t) + (f" m={s}" if s is not None else "")
+                 for t, s in zip(hf_config["layer_types"], layer_strides(hf_config))]
+        return f"{', '.join(parts)}, sliding window {hf_config['sliding_window']}"
 
     def __init__(self, model: torch.nn.Module, *, prefill_chunk: int | None = None) -> None:
         hf = model.config

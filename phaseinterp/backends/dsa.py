@@ -42,11 +42,13 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from phaseinterp.backends.dsa_indexer import (SelectionEdit, attention_modules, indexer_hooks, indices_of,
-                                              selection_mask, visible)
+from phaseinterp.backends.dsa_indexer import (SelectionEdit, attention_modules, distill_indexer, indexer_hooks,
+                                              indices_of, selection_mask, visible)
 from phaseinterp.backends.hf import HFCausalLMBackend
 
 MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa")
+#: the period the phase statistics of these models test by default: the S of the compressed zoo
+DEFAULT_STRIDE = 8
 
 
 def _per_query(keys: Tensor, n_queries: int, query_pos: Tensor | None) -> Tensor:
@@ -115,6 +117,31 @@ class DSABackend(HFCausalLMBackend):
         stride: the period S the phase statistics test (the model has no compressor; default 8, the S
             of the compressed zoo).
     """
+
+    @classmethod
+    def wrap(cls, model, stride: int | None = None) -> "DSABackend":
+        return cls(model, stride=DEFAULT_STRIDE if stride is None else stride)
+
+    @classmethod
+    def hf_model_types(cls) -> tuple[str, ...]:
+        return MODEL_TYPES
+
+    @classmethod
+    def hf_layer_strides(cls, hf_config) -> tuple[None, ...]:
+        """No compressor: tokens are selected one by one, so no layer has a stride."""
+        n = hf_config["num_hidden_layers"] if isinstance(hf_config, dict) else hf_config.num_hidden_layers
+        return (None,) * int(n)
+
+    @classmethod
+    def describe_hf(cls, hf_config: dict) -> str:
+        """E.g. "DSA top-16 of 64 positions, 2 layers"."""
+        return (f"DSA top-{hf_config['index_topk']} of {hf_config['max_position_embeddings']} positions, "
+                f"{hf_config['num_hidden_layers']} layers")
+
+    @classmethod
+    def prepare_hf_training(cls, hf_model) -> None:
+        """The trainer distills the indexer from the main attention (`dsa_indexer.distill_indexer`)."""
+        distill_indexer(hf_model)
 
     def __init__(self, model: torch.nn.Module, stride: int | None = 8, *, prefill_chunk: int | None = None) -> None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)

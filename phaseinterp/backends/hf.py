@@ -129,6 +129,10 @@ class HFCausalLMBackend(HFMixin, Backend):
         torch.Size([2, 2, 1, 4, 16])
     """
 
+    @classmethod
+    def wrap(cls, model, stride: int | None = None) -> "HFCausalLMBackend":
+        return cls(model, stride=stride)
+
     def __init__(self, model: torch.nn.Module, stride: int | None = None, *, layers: str | None = None,
                  attn: str | None = None, out_proj: str | None = None, prefill_chunk: int | None = None) -> None:
         if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 1):
@@ -186,3 +190,15 @@ class HFCausalLMBackend(HFMixin, Backend):
 
             return Site(get=get, set=set_output)
         raise ValueError(f"{self.cfg.model_class} has no compressor (site {site!r})")
+
+
+class TrainerHFBackend(HFCausalLMBackend):
+    """The family entry of the trainer's `HFCausalLM` (`families.hf_causal_lm`): never built itself;
+    such a model runs behind the backend of the HF model it holds (`DeepseekV4Backend`, `DSABackend`,
+    `HFCausalLMBackend`, ...), chosen by that model's family."""
+
+    @classmethod
+    def wrap(cls, model, stride: int | None = None) -> Backend:
+        from phaseinterp.family import backend_of
+
+        return backend_of(model.hf, stride)

@@ -183,6 +183,29 @@ class HookedBackend(tl_hooks.OwnModelSweep, HookedNNsightBackend):
     engine = "transformer_lens"
     edits_reach_module = True
 
+    # what the trainer may do with our model (asked through its family, `families.hooked`)
+    @classmethod
+    def wrap(cls, model, stride: int | None = None) -> "HookedBackend":
+        if stride is not None:
+            raise ValueError(f"stride={stride} is invalid for our model: allowed None (its strides come from its config)")
+        return cls(model)
+
+    @classmethod
+    def trains_with_mitigations(cls) -> bool:
+        return True
+
+    @classmethod
+    def trains_compiled(cls) -> bool:
+        return True
+
+    @classmethod
+    def trains_data_parallel(cls) -> bool:
+        return True
+
+    @classmethod
+    def unembeds_at(cls) -> bool:
+        return True
+
     def hook_names(self) -> list[str]:
         return list(self.model.hook_dict)
 

@@ -50,6 +50,19 @@ def _zero_hook(query_pos: Tensor | None):
 class NSABackend(tl_hooks.OwnModelSweep, Backend):
     """Backend for `phaseinterp.model.nsa.NSATransformer` (head and layer units)."""
 
+    @classmethod
+    def wrap(cls, model, stride: int | None = None) -> "NSABackend":
+        if stride is not None:
+            raise ValueError(f"stride={stride} is invalid for an NSA model: allowed None (its stride comes from its config)")
+        return cls(model)
+
+    @classmethod
+    def trains_data_parallel(cls) -> bool:
+        return True  # no mitigations (NSA compresses with an MLP: no gates), no compilation
+
+    def selection_block(self) -> int:
+        return self.model.cfg.selection_block
+
     def __init__(self, model) -> None:
         if not getattr(model, "is_nsa", False):
             raise ValueError(f"model of type {type(model).__name__} is invalid: allowed an NSATransformer")

@@ -27,35 +27,17 @@ from phaseinterp.family import ModelFamily, register_family
 MODEL_TYPES = {"deepseek_v32": "deepseek-v32", "glm_moe_dsa": "glm-moe-dsa"}
 
 #: the period the phase statistics of these models test by default: the S of the compressed zoo
-DEFAULT_STRIDE = 8
+DEFAULT_STRIDE = 8  # (also `backends.dsa.DEFAULT_STRIDE`, what `DSABackend.wrap` uses)
 
 
 def is_dsa(model: Any) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) in MODEL_TYPES
 
 
-def _backend(model: Any, stride: int | None):
-    from phaseinterp.backends.dsa import DSABackend
-
-    return DSABackend(model, stride=DEFAULT_STRIDE if stride is None else stride)
-
-
-def _describe(hf_config: dict) -> str:
-    return (f"DSA top-{hf_config['index_topk']} of {hf_config['max_position_embeddings']} positions, "
-            f"{hf_config['num_hidden_layers']} layers")
-
-
-def _on_wrap(hf_model: Any) -> None:
-    from phaseinterp.backends.dsa_indexer import distill_indexer
-
-    distill_indexer(hf_model)
-
-
 FAMILIES = {model_type: register_family(ModelFamily(
-    name=name, recognizes=lambda m, t=model_type: getattr(getattr(m, "config", None), "model_type", None) == t,
-    backend=_backend, runnable=lambda m: _backend(m, None), hf_model_type=model_type,
-    layer_strides=lambda c: (None,) * int(c["num_hidden_layers"] if isinstance(c, dict) else c.num_hidden_layers),
-    describe=_describe, on_wrap=_on_wrap)) for model_type, name in MODEL_TYPES.items()}
+    name=name, backend="phaseinterp.backends.dsa.DSABackend",
+    recognizes=lambda m, t=model_type: getattr(getattr(m, "config", None), "model_type", None) == t))
+    for model_type, name in MODEL_TYPES.items()}
 
 
 def tiny_dsa_spec(vocab_size: int = 256, *, model_type: str = "deepseek_v32", hidden_size: int = 64,
