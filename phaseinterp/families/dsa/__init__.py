@@ -35,7 +35,7 @@ def is_dsa(model: Any) -> bool:
 
 
 FAMILIES = {model_type: register_family(ModelFamily(
-    name=name, backend="phaseinterp.backends.dsa.DSABackend",
+    name=name, backend="phaseinterp.families.dsa.backend.DSABackend",
     recognizes=lambda m, t=model_type: getattr(getattr(m, "config", None), "model_type", None) == t))
     for model_type, name in MODEL_TYPES.items()}
 

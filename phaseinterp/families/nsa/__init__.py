@@ -24,7 +24,7 @@ def _build(cfg: NSAConfig, seed: int | None):
 
 
 FAMILY = register_family(ModelFamily(
-    name="nsa", backend="phaseinterp.backends.nsa.NSABackend", recognizes=lambda m: getattr(m, "is_nsa", False),
+    name="nsa", backend="phaseinterp.families.nsa.backend.NSABackend", recognizes=lambda m: getattr(m, "is_nsa", False),
     formats=(NSA_FORMAT,), as_config=_as_config, build=_build))
 
 __all__ = ["FAMILY"]

@@ -251,7 +251,7 @@ def _hf(model: HFCausalLM) -> Any:
 
 
 FAMILY = register_family(ModelFamily(
-    name="hf-causal-lm", backend="phaseinterp.backends.hf.TrainerHFBackend", recognizes=lambda m: isinstance(m, HFCausalLM),
+    name="hf-causal-lm", backend="phaseinterp.families.hf_causal_lm.backend.TrainerHFBackend", recognizes=lambda m: isinstance(m, HFCausalLM),
     formats=(HF_FORMAT,), as_config=_as_config, build=_build, weights=_hf))
 
 __all__ = ["FAMILY", "HFCausalLM", "HFModelSpec", "HF_FORMAT"]

@@ -19,7 +19,7 @@ def _recognizes(model: Any) -> bool:
     return any(isinstance(m, CompressedLlamaAttention) for m in model.modules())
 
 
-FAMILY = register_family(ModelFamily(name="compressed-hf", backend="phaseinterp.backends.compressed_hf.CompressedHFBackend",
+FAMILY = register_family(ModelFamily(name="compressed-hf", backend="phaseinterp.families.compressed_hf.backend.CompressedHFBackend",
                                      recognizes=_recognizes))
 
 __all__ = ["FAMILY"]

@@ -29,9 +29,9 @@ def is_language_model(obj: Any) -> bool:
     return _has_class(obj, "Envoy", "nnsight.")
 
 
-BRIDGE = register_family(ModelFamily(name="transformer-lens-bridge", backend="phaseinterp.backends.bridge.BridgeBackend",
+BRIDGE = register_family(ModelFamily(name="transformer-lens-bridge", backend="phaseinterp.families.bridges.backend.BridgeBackend",
                                      recognizes=is_bridge))
-LANGUAGE_MODEL = register_family(ModelFamily(name="nnsight", backend="phaseinterp.backends.bridge.LanguageModelBackend",
+LANGUAGE_MODEL = register_family(ModelFamily(name="nnsight", backend="phaseinterp.families.bridges.backend.LanguageModelBackend",
                                              recognizes=is_language_model))
 
 __all__ = ["BRIDGE", "LANGUAGE_MODEL", "is_bridge", "is_language_model"]

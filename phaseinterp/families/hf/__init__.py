@@ -16,7 +16,7 @@ def _recognizes(model: Any) -> bool:
     return isinstance(model, torch.nn.Module) and hasattr(model, "config")
 
 
-FAMILY = register_family(ModelFamily(name="hf", backend="phaseinterp.backends.hf.HFCausalLMBackend",
+FAMILY = register_family(ModelFamily(name="hf", backend="phaseinterp.families.hf.backend.HFCausalLMBackend",
                                      recognizes=_recognizes, fallback=True))
 
 __all__ = ["FAMILY"]

@@ -25,7 +25,7 @@ def _is_deepseek_v4(model: Any) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == MODEL_TYPE
 
 
-FAMILY = register_family(ModelFamily(name="deepseek-v4", backend="phaseinterp.backends.deepseek_v4.DeepseekV4Backend",
+FAMILY = register_family(ModelFamily(name="deepseek-v4", backend="phaseinterp.families.deepseek_v4.backend.DeepseekV4Backend",
                                      recognizes=_is_deepseek_v4))
 
 

@@ -32,7 +32,7 @@ def _recognizes(model: Any) -> bool:
 
 
 FAMILY = register_family(ModelFamily(
-    name="hooked", backend="phaseinterp.backends.hooked.HookedBackend", recognizes=_recognizes, formats=(FORMAT,),
+    name="hooked", backend="phaseinterp.families.hooked.backend.HookedBackend", recognizes=_recognizes, formats=(FORMAT,),
     as_config=_as_config, build=_build))
 
 __all__ = ["FAMILY"]
