@@ -179,6 +179,18 @@ class Backend(TLCompat):
         return None
 
     @classmethod
+    def describe_card(cls, model_config: dict) -> list[str]:
+        """Phrases describing a stored model config of the family (the catalog's one line, before the
+        parameter count); here the class name only."""
+        return [cls.__name__]
+
+    @classmethod
+    def describe_hf_layers(cls, hf_config: dict) -> str | None:
+        """The catalog's phrase for the layers of such an HF config (None: each layer type with its
+        compress rate)."""
+        return None
+
+    @classmethod
     def prepare_hf_training(cls, hf_model: Any) -> None:
         """Called when the trainer's `HFCausalLM` wraps such an HF model (DSA: the indexer's loss hooks)."""
 

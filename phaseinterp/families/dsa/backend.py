@@ -139,6 +139,10 @@ class DSABackend(HFCausalLMBackend):
                 f"{hf_config['num_hidden_layers']} layers")
 
     @classmethod
+    def describe_hf_layers(cls, hf_config: dict) -> str:
+        return f"DeepSeek Sparse Attention, top-{hf_config['index_topk']} tokens per query"
+
+    @classmethod
     def prepare_hf_training(cls, hf_model) -> None:
         """The trainer distills the indexer from the main attention (`dsa_indexer.distill_indexer`)."""
         distill_indexer(hf_model)

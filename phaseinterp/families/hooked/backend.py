@@ -24,7 +24,7 @@ and gate edits do not need it and run on the fused path.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -46,6 +46,29 @@ def _hook_site(envoy) -> Site:
         envoy.output = value
 
     return Site(get=lambda: envoy.output, set=set_output)
+
+
+def heads_summary(cfg: dict) -> str:
+    """"4 heads / 1 KV head" of a stored config (the catalog's phrase)."""
+    kv = cfg.get("n_kv_heads")
+    return f"{cfg.get('n_heads')} heads / {kv} KV head{'s' if kv != 1 else ''}"
+
+
+def _layer(layer: Any) -> str:
+    if not isinstance(layer, dict):
+        return str(layer)
+    layout = "" if layer.get("layout", "generic") == "generic" else f" {layer['layout']}"
+    return f"W{layer['window']}/S{layer['stride']} {layer['gate']} gate{layout}"
+
+
+def _runs(items: list[str]) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for item in items:
+        if out and out[-1][0] == item:
+            out[-1] = (item, out[-1][1] + 1)
+        else:
+            out.append((item, 1))
+    return out
 
 
 class HookedNNsightBackend(Backend):
@@ -205,6 +228,14 @@ class HookedBackend(tl_hooks.OwnModelSweep, HookedNNsightBackend):
     @classmethod
     def unembeds_at(cls) -> bool:
         return True
+
+    @classmethod
+    def describe_card(cls, model_config: dict) -> list[str]:
+        """E.g. ["2 layers (W4/S4 scalar gate x2)", "d_model 64", "4 heads / 1 KV head"]."""
+        layers = [_layer(layer) for layer in model_config.get("layers", [])]
+        grouped = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in _runs(layers))
+        return [f"{model_config.get('n_layers', len(layers))} layers ({grouped})", f"d_model {model_config.get('d_model')}",
+                heads_summary(model_config)]
 
     def hook_names(self) -> list[str]:
         return list(self.model.hook_dict)

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from phaseinterp.backends import tl_hooks
 from phaseinterp.backends.base import Backend, Site
-from phaseinterp.families.hooked.backend import _hook_site
+from phaseinterp.families.hooked.backend import _hook_site, heads_summary
 from phaseinterp.progress import progress_bar
 from phaseinterp.backends.units import BackendConfig
 from phaseinterp.model.nsa.attention import BRANCHES  # NSA's branches, in the order of its gates
@@ -59,6 +59,13 @@ class NSABackend(tl_hooks.OwnModelSweep, Backend):
     @classmethod
     def trains_data_parallel(cls) -> bool:
         return True  # no mitigations (NSA compresses with an MLP: no gates), no compilation
+
+    @classmethod
+    def describe_card(cls, model_config: dict) -> list[str]:
+        c = model_config
+        return [f"NSA, {c['n_layers']} layers (compress block {c['compress_block']} / stride {c['compress_stride']}, "
+                f"{c['num_selected']} selected blocks, window {c['sliding_window']})", f"d_model {c['d_model']}",
+                heads_summary(c)]
 
     def selection_block(self) -> int:
         return self.model.cfg.selection_block
