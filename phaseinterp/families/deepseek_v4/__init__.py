@@ -1,8 +1,8 @@
 """The DeepSeek-V4 family: HF `DeepseekV4ForCausalLM` models (any weights) behind `DeepseekV4Backend`,
 the flavour of trainer-written HF checkpoints whose config has `model_type` "deepseek_v4" (its
-compressor strides: `convert.deepseek_v4.layer_strides`, read once, and its schedule: both asked
+compressor strides: `families.deepseek_v4.convert.layer_strides`, read once, and its schedule: both asked
 of `DeepseekV4Backend`) and the tiny model the trainer's recipe "hf-deepseek-v4" trains. The
-converter of its compressors to ours is `convert.deepseek_v4.load_hf_compressor`.
+converter of its compressors to ours is `convert.py` here (`load_hf_compressor`, also `phaseinterp.convert.load_hf_compressor`).
 
 Example:
     >>> from phaseinterp.family import family_of_model

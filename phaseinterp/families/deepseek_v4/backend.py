@@ -39,7 +39,7 @@ from phaseinterp.backends.base import Backend, Site, input_head_site
 from phaseinterp.backends.compression import Compression, slot_logits
 from phaseinterp.families.hf.backend import HFMixin
 from phaseinterp.backends.units import BackendConfig
-from phaseinterp.convert.deepseek_v4 import CSA, HCA, compression_config_from_hf, layer_strides
+from phaseinterp.families.deepseek_v4.convert import CSA, HCA, compression_config_from_hf, layer_strides
 from phaseinterp.layouts import hf_layouts
 from phaseinterp.model.compressor import slot_positions
 
