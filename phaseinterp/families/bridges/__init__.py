@@ -1,9 +1,9 @@
 """Models held by another toolkit: a TransformerLens `TransformerBridge` and an nnsight
 `LanguageModel` over a HuggingFace causal LM run behind the backend of that HF model (its own
-family's: `DeepseekV4Backend`, `HFCausalLMBackend`, ...; see `backends.bridge`). Backend only.
+family's: `DeepseekV4Backend`, `HFCausalLMBackend`, ...; see `families.bridges.backend`). Backend only.
 
-This module's name sorts before every other family module on purpose: families are tried in
-import order, and both wrappers answer `.config` with their HF model's config, which the
+This family comes first in `families.MODULES` on purpose: families are tried in registration
+order, and both wrappers answer `.config` with their HF model's config, which the
 DeepSeek-V4 family (and the HF fallback) would otherwise claim."""
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ class DeepseekV4Backend(HFMixin, Backend):
     def _compressor_code(self, layer: int):
         """The envoy of the module whose forward holds the gate softmax: the HF compressor, or the
         compressor a wrapper module runs as its `original_component` (a TransformerLens bridge
-        component, see `backends.bridge`)."""
+        component, see `families.bridges.backend`)."""
         envoy = self.nn.model.layers[layer].self_attn.compressor
         wrapped = self.model.model.layers[layer].self_attn.compressor
         return envoy._original_component if isinstance(getattr(wrapped, "original_component", None), torch.nn.Module) \

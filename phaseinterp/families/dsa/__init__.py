@@ -1,8 +1,8 @@
 """DeepSeek Sparse Attention families: HF `DeepseekV32ForCausalLM` ("deepseek_v32") and
 `GlmMoeDsaForCausalLM` ("glm_moe_dsa"), behind `DSABackend` (the indexer's scores and selection as
 sites), trained by our trainer with the indexer distilled from the main attention
-(`backends.dsa_indexer.distill_indexer`, installed whenever an `HFCausalLM` wraps such a model), and the
-tiny model of recipe "hf-deepseek-v32".
+(`indexer.distill_indexer` in this folder, installed whenever an `HFCausalLM` wraps such a model:
+`DSABackend.prepare_hf_training`), and the tiny model of recipe "hf-deepseek-v32".
 
 Both model types share the mechanism: a lightning indexer scores every visible token for every query
 (ReLU of per-head dot products, weighted per query and summed over heads) and the query attends only to
@@ -27,7 +27,7 @@ from phaseinterp.family import ModelFamily, register_family
 MODEL_TYPES = {"deepseek_v32": "deepseek-v32", "glm_moe_dsa": "glm-moe-dsa"}
 
 #: the period the phase statistics of these models test by default: the S of the compressed zoo
-DEFAULT_STRIDE = 8  # (also `backends.dsa.DEFAULT_STRIDE`, what `DSABackend.wrap` uses)
+DEFAULT_STRIDE = 8  # (also `backend.DEFAULT_STRIDE`, what `DSABackend.wrap` uses; kept here so registering imports no backend)
 
 
 def is_dsa(model: Any) -> bool:
