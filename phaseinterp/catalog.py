@@ -141,25 +141,14 @@ def packaged(relative: str) -> bool:
 
 
 def describe_config(card: dict) -> str:
-    """One line of architecture from a card's `model_config` (ours, NSA or a HF model)."""
+    """One line of architecture from a card's `model_config`: its family's Backend describes the
+    config (`Backend.describe_card`; ours, NSA, a HF model), then the parameter count."""
+    from phaseinterp.families import family_of_config
+
     cfg = card.get("model_config", {})
     params = f"{card['n_parameters']:,} parameters" if card.get("n_parameters") else ""
-    if "hf_config" in cfg:
-        hf = cfg["hf_config"]
-        kinds = ", ".join(f"{t} (rate {hf.get('compress_rates', {}).get(t, '?')})" for t in hf.get("layer_types") or [])
-        if "index_topk" in hf and not hf.get("compress_rates"):  # DSA: token selection, no compressor rates
-            kinds = f"DeepSeek Sparse Attention, top-{hf['index_topk']} tokens per query"
-        parts = [f"HF {cfg.get('architecture')}", f"{hf.get('num_hidden_layers')} layers" + (f" ({kinds})" if kinds else ""),
-                 f"hidden {hf.get('hidden_size')}", params]
-    elif cfg.get("arch") == "nsa":
-        parts = [f"NSA, {cfg['n_layers']} layers (compress block {cfg['compress_block']} / stride {cfg['compress_stride']}, "
-                 f"{cfg['num_selected']} selected blocks, window {cfg['sliding_window']})", f"d_model {cfg['d_model']}",
-                 _heads(cfg), params]
-    else:
-        layers = [_layer(layer) for layer in cfg.get("layers", [])]
-        grouped = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in _runs(layers))
-        parts = [f"{cfg.get('n_layers', len(layers))} layers ({grouped})", f"d_model {cfg.get('d_model')}", _heads(cfg), params]
-    return ", ".join(p for p in parts if p)
+    parts = family_of_config(cfg)[0].backend_class().describe_card(cfg)
+    return ", ".join(p for p in [*parts, params] if p)
 
 
 def describe_curve(card: dict) -> str:
@@ -172,28 +161,6 @@ def describe_curve(card: dict) -> str:
     text = (f"record lookup mod {modulus}: mean {100 * curve['mean']:.1f}%, worst {100 * curve['worst']:.1f}%, "
             f"best {100 * curve['best']:.1f}%, gap {curve['gap_pp']:.1f} pp")
     return text + (f"; residues >= 80%: {', '.join(map(str, strong))}" if strong else "; no residue >= 80%")
-
-
-def _heads(cfg: dict) -> str:
-    kv = cfg.get("n_kv_heads")
-    return f"{cfg.get('n_heads')} heads / {kv} KV head{'s' if kv != 1 else ''}"
-
-
-def _layer(layer: Any) -> str:
-    if not isinstance(layer, dict):
-        return str(layer)
-    layout = "" if layer.get("layout", "generic") == "generic" else f" {layer['layout']}"
-    return f"W{layer['window']}/S{layer['stride']} {layer['gate']} gate{layout}"
-
-
-def _runs(items: list[str]) -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
-    for item in items:
-        if out and out[-1][0] == item:
-            out[-1] = (item, out[-1][1] + 1)
-        else:
-            out.append((item, 1))
-    return out
 
 
 def write(root: Path = assets.CHECKOUT, path: Path = MANIFEST) -> Path:

@@ -98,8 +98,10 @@ class LoadedModel:
         return task if isinstance(task, dict) else {}
 
     def runnable(self) -> Any:
-        """What experiments run on: the model, or its backend where its family says so."""
-        return self.family.runnable(self.model)
+        """What experiments run on: the model's backend (`families.resolve.resolve_model`, the one decider)."""
+        from phaseinterp.families.resolve import resolve_model
+
+        return resolve_model(self.model)
 
 
 def read_card(path: str | os.PathLike) -> dict:

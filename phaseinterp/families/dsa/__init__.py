@@ -1,8 +1,8 @@
 """DeepSeek Sparse Attention families: HF `DeepseekV32ForCausalLM` ("deepseek_v32") and
 `GlmMoeDsaForCausalLM` ("glm_moe_dsa"), behind `DSABackend` (the indexer's scores and selection as
 sites), trained by our trainer with the indexer distilled from the main attention
-(`backends.dsa_indexer.distill_indexer`, installed whenever an `HFCausalLM` wraps such a model), and the
-tiny model of recipe "hf-deepseek-v32".
+(`indexer.distill_indexer` in this folder, installed whenever an `HFCausalLM` wraps such a model:
+`DSABackend.prepare_hf_training`), and the tiny model of recipe "hf-deepseek-v32".
 
 Both model types share the mechanism: a lightning indexer scores every visible token for every query
 (ReLU of per-head dot products, weighted per query and summed over heads) and the query attends only to
@@ -27,35 +27,17 @@ from phaseinterp.family import ModelFamily, register_family
 MODEL_TYPES = {"deepseek_v32": "deepseek-v32", "glm_moe_dsa": "glm-moe-dsa"}
 
 #: the period the phase statistics of these models test by default: the S of the compressed zoo
-DEFAULT_STRIDE = 8
+DEFAULT_STRIDE = 8  # (also `backend.DEFAULT_STRIDE`, what `DSABackend.wrap` uses; kept here so registering imports no backend)
 
 
 def is_dsa(model: Any) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) in MODEL_TYPES
 
 
-def _backend(model: Any, stride: int | None):
-    from phaseinterp.backends.dsa import DSABackend
-
-    return DSABackend(model, stride=DEFAULT_STRIDE if stride is None else stride)
-
-
-def _describe(hf_config: dict) -> str:
-    return (f"DSA top-{hf_config['index_topk']} of {hf_config['max_position_embeddings']} positions, "
-            f"{hf_config['num_hidden_layers']} layers")
-
-
-def _on_wrap(hf_model: Any) -> None:
-    from phaseinterp.backends.dsa_indexer import distill_indexer
-
-    distill_indexer(hf_model)
-
-
 FAMILIES = {model_type: register_family(ModelFamily(
-    name=name, recognizes=lambda m, t=model_type: getattr(getattr(m, "config", None), "model_type", None) == t,
-    backend=_backend, runnable=lambda m: _backend(m, None), hf_model_type=model_type,
-    layer_strides=lambda c: (None,) * int(c["num_hidden_layers"] if isinstance(c, dict) else c.num_hidden_layers),
-    describe=_describe, on_wrap=_on_wrap)) for model_type, name in MODEL_TYPES.items()}
+    name=name, backend="phaseinterp.families.dsa.backend.DSABackend",
+    recognizes=lambda m, t=model_type: getattr(getattr(m, "config", None), "model_type", None) == t))
+    for model_type, name in MODEL_TYPES.items()}
 
 
 def tiny_dsa_spec(vocab_size: int = 256, *, model_type: str = "deepseek_v32", hidden_size: int = 64,

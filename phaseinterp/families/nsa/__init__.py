@@ -23,16 +23,8 @@ def _build(cfg: NSAConfig, seed: int | None):
     return NSATransformer(cfg, seed=seed)
 
 
-def _backend(model: Any, stride: int | None):
-    from phaseinterp.backends.nsa import NSABackend
-
-    if stride is not None:
-        raise ValueError(f"stride={stride} is invalid for an NSA model: allowed None (its stride comes from its config)")
-    return NSABackend(model)
-
-
 FAMILY = register_family(ModelFamily(
-    name="nsa", recognizes=lambda m: getattr(m, "is_nsa", False), backend=_backend, formats=(NSA_FORMAT,),
-    as_config=_as_config, build=_build, trainable=True, data_parallel=True))
+    name="nsa", backend="phaseinterp.families.nsa.backend.NSABackend", recognizes=lambda m: getattr(m, "is_nsa", False),
+    formats=(NSA_FORMAT,), as_config=_as_config, build=_build))
 
 __all__ = ["FAMILY"]

@@ -9,8 +9,8 @@ The trainer needs three things from a model: build it from a config with a seed,
   `to_dict()`, without `transformers_version` and `_name_or_path`). Frozen, JSON round-trips
   through `to_dict` / `from_dict`, and exposes what the trainer and the measurement code read
   from a config: `vocab_size`, `n_ctx` (`max_position_embeddings`), and the compressor `strides`
-  and `residue_modulus` of a flavour with compressors (the registered family whose
-  `hf_model_type` is the config's, e.g. `phaseinterp.families.deepseek_v4`; none for Qwen3 or Llama).
+  and `residue_modulus` of a flavour with compressors (the Backend class of a registered family
+  whose `hf_model_types()` names the config's, e.g. `DeepseekV4Backend`; none for Qwen3 or Llama).
 - `HFCausalLM`: an `nn.Module` holding the HF model as `.hf` and the spec as `.cfg`;
   `forward(tokens)` returns the logits tensor (no KV cache). Its `state_dict` keys are the HF
   model's with an `hf.` prefix; checkpoints store the HF model's own keys. The HF model is
@@ -41,7 +41,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.config import period_of
-from phaseinterp.family import ModelFamily, backend_of, hf_flavour, register_family
+from phaseinterp.family import ModelFamily, hf_flavour, register_family
 
 HF_FORMAT = "phaseinterp-hf-checkpoint-v1"
 
@@ -159,9 +159,8 @@ class HFModelSpec:
         """Distinct compressor strides of the layers, sorted (from the flavour of the config's
         model type, e.g. DeepSeek-V4's compress rates); empty for a model type without one."""
         flavour = hf_flavour(self.hf_config["model_type"])
-        if flavour is None or flavour.layer_strides is None:
-            return ()
-        return tuple(sorted({s for s in flavour.layer_strides(self.hf_config) if s is not None}))
+        strides = None if flavour is None else flavour.hf_layer_strides(self.hf_config)
+        return () if strides is None else tuple(sorted({s for s in strides if s is not None}))
 
     @property
     def residue_modulus(self) -> int | None:
@@ -171,9 +170,8 @@ class HFModelSpec:
     def describe(self) -> str:
         """One line, e.g. "HF DeepseekV4ForCausalLM: HCA m=8, CSA m=4, sliding window 16"."""
         flavour = hf_flavour(self.hf_config["model_type"])
-        if flavour is None or flavour.describe is None:
-            return f"HF {self.architecture}"
-        return f"HF {self.architecture}: {flavour.describe(self.hf_config)}"
+        schedule = None if flavour is None else flavour.describe_hf(self.hf_config)
+        return f"HF {self.architecture}" if schedule is None else f"HF {self.architecture}: {schedule}"
 
     # ---- serialization -----------------------------------------------------------------------
 
@@ -213,8 +211,8 @@ class HFCausalLM(torch.nn.Module):
                 hf_model = spec.model_class()(spec.hf_config_object())
         self.hf = hf_model
         flavour = hf_flavour(spec.hf_config["model_type"])
-        if flavour is not None and flavour.on_wrap is not None:
-            flavour.on_wrap(hf_model)
+        if flavour is not None:
+            flavour.prepare_hf_training(hf_model)
 
     def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
         """Next-token logits at every position (one full forward, no KV cache)."""
@@ -248,9 +246,12 @@ def _build(spec: HFModelSpec, seed: int | None) -> HFCausalLM:
     return spec.build(0 if seed is None else seed)
 
 
+def _hf(model: HFCausalLM) -> Any:
+    return model.hf
+
+
 FAMILY = register_family(ModelFamily(
-    name="hf-causal-lm", recognizes=lambda m: isinstance(m, HFCausalLM),
-    backend=lambda m, stride: backend_of(m.hf, stride), formats=(HF_FORMAT,), as_config=_as_config, build=_build,
-    weights=lambda m: m.hf, runnable=lambda m: backend_of(m.hf), trainable=True))
+    name="hf-causal-lm", backend="phaseinterp.families.hf_causal_lm.backend.TrainerHFBackend", recognizes=lambda m: isinstance(m, HFCausalLM),
+    formats=(HF_FORMAT,), as_config=_as_config, build=_build, weights=_hf))
 
 __all__ = ["FAMILY", "HFCausalLM", "HFModelSpec", "HF_FORMAT"]

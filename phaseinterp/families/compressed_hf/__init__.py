@@ -19,13 +19,7 @@ def _recognizes(model: Any) -> bool:
     return any(isinstance(m, CompressedLlamaAttention) for m in model.modules())
 
 
-def _backend(model: Any, stride: int | None):
-    from phaseinterp.backends.compressed_hf import CompressedHFBackend
-
-    return CompressedHFBackend(model, stride=stride)
-
-
-FAMILY = register_family(ModelFamily(name="compressed-hf", recognizes=_recognizes, backend=_backend,
-                                     runnable=lambda m: _backend(m, None)))
+FAMILY = register_family(ModelFamily(name="compressed-hf", backend="phaseinterp.families.compressed_hf.backend.CompressedHFBackend",
+                                     recognizes=_recognizes))
 
 __all__ = ["FAMILY"]

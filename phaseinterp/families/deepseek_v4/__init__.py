@@ -1,13 +1,13 @@
 """The DeepSeek-V4 family: HF `DeepseekV4ForCausalLM` models (any weights) behind `DeepseekV4Backend`,
 the flavour of trainer-written HF checkpoints whose config has `model_type` "deepseek_v4" (its
-compressor strides: `convert.deepseek_v4.layer_strides`, read once), the converter of its
-compressors (`convert.deepseek_v4.load_hf_compressor`) and the tiny model the trainer's recipe
-"hf-deepseek-v4" trains.
+compressor strides: `families.deepseek_v4.convert.layer_strides`, read once, and its schedule: both asked
+of `DeepseekV4Backend`) and the tiny model the trainer's recipe "hf-deepseek-v4" trains. The
+converter of its compressors to ours is `convert.py` here (`load_hf_compressor`, also `phaseinterp.convert.load_hf_compressor`).
 
 Example:
     >>> from phaseinterp.family import family_of_model
     >>> hf = tiny_deepseek_v4_spec().build(seed=0).hf
-    >>> family_of_model(hf).name, FAMILY.layer_strides(hf.config)
+    >>> family_of_model(hf).name, FAMILY.backend_class().hf_layer_strides(hf.config)
     ('deepseek-v4', (8, 4))
 """
 
@@ -15,36 +15,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from phaseinterp.convert.deepseek_v4 import CSA, HCA, layer_strides, load_hf_compressor
 from phaseinterp.families.hf_causal_lm import HFModelSpec
-from phaseinterp.family import ModelFamily, no_stride, register_family
+from phaseinterp.family import ModelFamily, register_family
 
 MODEL_TYPE = "deepseek_v4"
-_SHORT = {"sliding_attention": "SWA", CSA: "CSA", HCA: "HCA"}
 
 
 def _is_deepseek_v4(model: Any) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == MODEL_TYPE
 
 
-def _backend(model: Any, stride: int | None):
-    from phaseinterp.backends.deepseek_v4 import DeepseekV4Backend
-
-    no_stride("DeepSeek-V4", stride)
-    return DeepseekV4Backend(model)
-
-
-def _describe(hf_config: dict) -> str:
-    """The layer schedule, e.g. "HCA m=8, CSA m=4, sliding window 16"."""
-    parts = [_SHORT.get(t, t) + (f" m={s}" if s is not None else "")
-             for t, s in zip(hf_config["layer_types"], layer_strides(hf_config))]
-    return f"{', '.join(parts)}, sliding window {hf_config['sliding_window']}"
-
-
-FAMILY = register_family(ModelFamily(
-    name="deepseek-v4", recognizes=_is_deepseek_v4, backend=_backend, runnable=lambda m: _backend(m, None),
-    converter=load_hf_compressor,
-    hf_model_type=MODEL_TYPE, layer_strides=layer_strides, describe=_describe))
+FAMILY = register_family(ModelFamily(name="deepseek-v4", backend="phaseinterp.families.deepseek_v4.backend.DeepseekV4Backend",
+                                     recognizes=_is_deepseek_v4))
 
 
 def tiny_deepseek_v4_spec(vocab_size: int = 256, *, hidden_size: int = 64, head_dim: int = 128, rope_dims: int = 16,

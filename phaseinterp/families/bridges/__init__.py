@@ -1,16 +1,16 @@
 """Models held by another toolkit: a TransformerLens `TransformerBridge` and an nnsight
 `LanguageModel` over a HuggingFace causal LM run behind the backend of that HF model (its own
-family's: `DeepseekV4Backend`, `HFCausalLMBackend`, ...; see `backends.bridge`). Backend only.
+family's: `DeepseekV4Backend`, `HFCausalLMBackend`, ...; see `families.bridges.backend`). Backend only.
 
-This module's name sorts before every other family module on purpose: families are tried in
-import order, and both wrappers answer `.config` with their HF model's config, which the
+This family comes first in `families.MODULES` on purpose: families are tried in registration
+order, and both wrappers answer `.config` with their HF model's config, which the
 DeepSeek-V4 family (and the HF fallback) would otherwise claim."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from phaseinterp.family import ModelFamily, backend_of, register_family
+from phaseinterp.family import ModelFamily, register_family
 
 
 def _has_class(obj: Any, name: str, module_prefix: str) -> bool:
@@ -29,21 +29,9 @@ def is_language_model(obj: Any) -> bool:
     return _has_class(obj, "Envoy", "nnsight.")
 
 
-def _bridge_backend(bridge: Any, stride: int | None):
-    from phaseinterp.backends.bridge import bridged_model
-
-    return backend_of(bridged_model(bridge), stride)
-
-
-def _lm_backend(lm: Any, stride: int | None):
-    from phaseinterp.backends.bridge import language_model_module
-
-    return backend_of(language_model_module(lm), stride)
-
-
-BRIDGE = register_family(ModelFamily(name="transformer-lens-bridge", recognizes=is_bridge, backend=_bridge_backend,
-                                     runnable=lambda m: _bridge_backend(m, None)))
-LANGUAGE_MODEL = register_family(ModelFamily(name="nnsight", recognizes=is_language_model,
-                                             backend=_lm_backend, runnable=lambda m: _lm_backend(m, None)))
+BRIDGE = register_family(ModelFamily(name="transformer-lens-bridge", backend="phaseinterp.families.bridges.backend.BridgeBackend",
+                                     recognizes=is_bridge))
+LANGUAGE_MODEL = register_family(ModelFamily(name="nnsight", backend="phaseinterp.families.bridges.backend.LanguageModelBackend",
+                                             recognizes=is_language_model))
 
 __all__ = ["BRIDGE", "LANGUAGE_MODEL", "is_bridge", "is_language_model"]

@@ -1,6 +1,6 @@
 """Our `HookedCompressedTransformer` (checkpoint format "phaseinterp-checkpoint-v1", config
-`ModelConfig`): built from its config, run behind `HookedBackend`, trained with mitigations and
-`torch.compile`."""
+`ModelConfig`): built from its config, run behind `HookedBackend` (which says that the trainer may
+use mitigations, `torch.compile` and DDP on it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from phaseinterp.checkpoint_io import FORMAT
 from phaseinterp.config import ModelConfig
-from phaseinterp.family import ModelFamily, no_stride, register_family
+from phaseinterp.family import ModelFamily, register_family
 
 
 def _as_config(obj: Any) -> ModelConfig | None:
@@ -31,15 +31,8 @@ def _recognizes(model: Any) -> bool:
     return isinstance(model, HookedCompressedTransformer)
 
 
-def _backend(model: Any, stride: int | None):
-    from phaseinterp.backends.hooked import HookedBackend
-
-    no_stride("our model", stride)
-    return HookedBackend(model)
-
-
 FAMILY = register_family(ModelFamily(
-    name="hooked", recognizes=_recognizes, backend=_backend, formats=(FORMAT,), as_config=_as_config, build=_build,
-    trainable=True, mitigations=True, compile=True, data_parallel=True))
+    name="hooked", backend="phaseinterp.families.hooked.backend.HookedBackend", recognizes=_recognizes, formats=(FORMAT,),
+    as_config=_as_config, build=_build))
 
 __all__ = ["FAMILY"]
