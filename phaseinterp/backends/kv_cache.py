@@ -24,6 +24,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.compressed_final import CompressedPrefix
+from phaseinterp.backends.kv_compression import compressed_layers
 from phaseinterp.units import check_layers
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
@@ -45,15 +47,11 @@ def kv_cache_fallback(backend: Any) -> str | None:
             or getattr(backend, "out_name", None) != "o_proj"
             or not all(hasattr(inner, a) for a in ("rotary_emb", "norm")) or not hasattr(model, "lm_head")):
         return "the model is not laid out as model.model.layers[i].self_attn.o_proj with model.model.norm and lm_head"
-    from phaseinterp.backends.kv_compression import compressed_layers
-
-    wrapped = sorted(compressed_layers(model))
-    if wrapped:
-        return (f"layers {wrapped} run training-free KV compression (CompressedLlamaAttention), which reads full "
-                "sequences only and keeps no KV cache")
+    wrapped = compressed_layers(model)  # their one-position forward: `backends.compressed_final`
     # a TransformerLens bridge swaps HF's submodules for its components: the path calls HF's own layers
-    foreign = sorted({f"{type(m).__module__}.{type(m).__name__}" for layer in inner.layers
-                      for m in (layer, layer.self_attn) if not type(m).__module__.startswith("transformers.")})
+    foreign = sorted({f"{type(m).__module__}.{type(m).__name__}" for i, layer in enumerate(inner.layers)
+                      for m in ((layer,) if i in wrapped else (layer, layer.self_attn))
+                      if not type(m).__module__.startswith("transformers.")})
     if foreign:
         return (f"the decoder layers hold modules that are not transformers' own ({', '.join(foreign[:2])}; e.g. a "
                 "TransformerLens bridge's components), which the path cannot call with a shared cache")
@@ -136,6 +134,10 @@ class KVCacheFinalRun:
         n = len(self.layers)
         resid: list[Tensor | None] = [None] * n
         z: list[Tensor | None] = [None] * n
+        # rows sharing a query position t share one prefix (positions < t) per layer
+        groups = [(int(t), (qpos == t).nonzero()[:, 0]) for t in torch.unique(qpos).tolist()]
+        wrapped = compressed_layers(self.model)  # compressed layers keep their prefix through hooks
+        kept: dict[int, dict[int, dict[str, Tensor]]] = {m: {} for m in wrapped}
 
         def keep_resid(m: int):
             def hook(module, args, kwargs):
@@ -153,20 +155,23 @@ class KVCacheFinalRun:
             for m, layer in enumerate(self.layers):
                 handles.append(layer.register_forward_pre_hook(keep_resid(m), with_kwargs=True))
                 handles.append(layer.self_attn.o_proj.register_forward_pre_hook(keep_z(m)))
+                if m in wrapped:
+                    handles += CompressedPrefix.capture(wrapped[m], groups, kept[m])
             with torch.no_grad():
-                out = self.model(input_ids=self.tokens, use_cache=True, logits_to_keep=qpos[:, None])
+                out = self.model(input_ids=self.tokens, use_cache=len(wrapped) < n, logits_to_keep=qpos[:, None])
         finally:
             for h in handles:
                 h.remove()
         self.logits = out.logits[:, 0]
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        kv = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache)
+        kv = ([None] * n if cache is None else
+              [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache))
         self._resid, self._z = resid, z
-        # rows sharing a query position t share one prefix (positions < t) per layer
         self.groups = []
-        for t in torch.unique(qpos).tolist():
-            g_rows = (qpos == t).nonzero()[:, 0]
-            self.groups.append((int(t), g_rows, [(k[g_rows, :, :t], v[g_rows, :, :t]) for k, v in kv]))
+        for i, (t, g_rows) in enumerate(groups):
+            prefix = [CompressedPrefix.build(wrapped[m], t, kept[m][i]) if m in wrapped else
+                      (kv[m][0][g_rows, :, :t], kv[m][1][g_rows, :, :t]) for m in range(n)]
+            self.groups.append((t, g_rows, prefix))
 
     def base_z(self, layer: int) -> Float[Tensor, "batch head d_head"]:
         """Base head outputs of `layer` at each row's query position."""

@@ -50,6 +50,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
@@ -142,8 +143,9 @@ class CompressedLlamaAttention(nn.Module):
     """Drop-in replacement of a Llama-family attention module (see the module docstring).
 
     Shares `q_proj`, `k_proj`, `v_proj`, `o_proj` with the module it replaces (same parameters,
-    same state_dict names); keeps the original for `restore_attention`. Full-sequence forwards only
-    (no KV cache: call the model with `use_cache=False`).
+    same state_dict names); keeps the original for `restore_attention`. Full-sequence forwards only:
+    a prefill may pass a KV cache (left alone), decoding from one raises. With `shared_prefix` (a
+    `compressed_final.CompressedPrefix`) it recomputes one position instead (the final-position path).
     """
 
     def __init__(self, original: nn.Module, spec: KVCompression, rotary: nn.Module) -> None:
@@ -176,13 +178,46 @@ class CompressedLlamaAttention(nn.Module):
             a[:, :, self.spec.kept_offset] = 1.0
             return a
         q_end = q_rot[:, windows[:, -1]].unflatten(2, (n_kv, self.group))  # [b, n, kv, g, d]
-        keys = k_rot[:, windows]  # [b, n, W, kv, d]
-        scores = torch.einsum("bnkgd,bnwkd->bnkgw", q_end, keys) * self.scaling
+        keys = _windows(k_rot, self.spec, n)  # [b, n, kv, d, W], a view
+        scores = torch.einsum("bnkgd,bnkdw->bnkgw", q_end, keys) * self.scaling
         return scores.softmax(-1).mean(3).permute(0, 1, 3, 2)
+
+    def entries(self, q_rot: Tensor, k: Tensor, k_rot: Tensor, v: Tensor, cos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(rotated key entries, value entries, window ends) of every complete window, through the
+        compressor hook points. Windows are strided views (`unfold`), never copied per window."""
+        spec = self.spec
+        T = k.shape[1]
+        n = spec.n_entries(T)
+        dev = k.device
+        windows = torch.arange(n, device=dev)[:, None] * spec.stride + torch.arange(spec.window, device=dev)
+        a = self.pool_weights(q_rot, k_rot, windows)
+        # branch order k then v (gate, then entries): the order nnsight must visit them in
+        pooled_from = k_rot if spec.anchor == "post" else k
+        a_k = self.compress_k.hook_gate(a)
+        k_ent = self.compress_k.hook_out(torch.einsum("bnwk,bnkdw->bnkd", a_k, _windows(pooled_from, spec, n)))
+        a_v = self.compress_v.hook_gate(a.clone())
+        v_ent = self.compress_v.hook_out(torch.einsum("bnwk,bnkdw->bnkd", a_v, _windows(v, spec, n)))
+        if spec.anchor != "post":
+            k_ent = _rope(k_ent, *self._cos_sin(k_ent, windows[:, 0].to(cos.dtype) + self.anchor_shift))
+        return self.hook_rot_entries(k_ent), v_ent, windows[:, -1]
+
+    @property
+    def anchor_shift(self) -> float:
+        """Where a pooled key is rotated, relative to its window's start (`first`/`centre`/`last`)."""
+        return {"post": 0.0, "first": 0.0, "centre": (self.spec.window - 1) / 2,
+                "last": float(self.spec.window - 1)}[self.spec.anchor]
 
     def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
                 attention_mask: Tensor | None = None, cache: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
-        if cache is not None or kwargs.get("past_key_values") is not None:
+        if kwargs.get("shared_prefix") is not None:  # the final-position path (`backends.kv_cache`)
+            from phaseinterp.backends.compressed_final import final_position_attention
+
+            return final_position_attention(self, hidden_states, position_embeddings, kwargs["shared_prefix"])
+        pos_ids = kwargs.get("position_ids")
+        decoding = pos_ids is not None and int(pos_ids.reshape(-1)[0]) != 0
+        if decoding:
+            # a prefill with a cache is fine (the cache is left alone: the final-position path keeps
+            # what it needs through the hook points); decoding from it is not
             raise ValueError("a compressed layer runs full sequences only: call the model with use_cache=False")
         spec, d = self.spec, self.head_dim
         b, T, _ = hidden_states.shape
@@ -190,41 +225,90 @@ class CompressedLlamaAttention(nn.Module):
         k = self.hook_k(self.k_proj(hidden_states).view(b, T, -1, d))
         v = self.hook_v(self.v_proj(hidden_states).view(b, T, -1, d))
         cos, sin = position_embeddings
-        q_rot, k_rot = _rope(q, cos, sin), _rope(k, cos, sin)
-        n_kv = k.shape[2]
-        n = spec.n_entries(T)
+        # head-major [b, heads, T, d] like HF's attention: the matmuls below read them without copies
+        q_rot, k_rot = _rope_heads(q, cos, sin), _rope_heads(k, cos, sin)
+        vT = v.transpose(1, 2)
+        n_kv, G = k.shape[2], self.group
+        k_ent, v_ent, ends = self.entries(q_rot.transpose(1, 2), k, k_rot.transpose(1, 2), v, cos)
+        n = len(ends)
         dev = hidden_states.device
-        windows = (torch.arange(n, device=dev)[:, None] * spec.stride + torch.arange(spec.window, device=dev))
-        a = self.pool_weights(q_rot, k_rot, windows)
-        # branch order k then v (gate, then entries): the order nnsight must visit them in
-        pooled_from = k_rot if spec.anchor == "post" else k
-        a_k = self.compress_k.hook_gate(a)
-        k_ent = self.compress_k.hook_out(torch.einsum("bnwk,bnwkd->bnkd", a_k, pooled_from[:, windows]))
-        a_v = self.compress_v.hook_gate(a.clone())
-        v_ent = self.compress_v.hook_out(torch.einsum("bnwk,bnwkd->bnkd", a_v, v[:, windows]))
-        if spec.anchor != "post":
-            shift = {"first": 0.0, "centre": (spec.window - 1) / 2, "last": float(spec.window - 1)}[spec.anchor]
-            anchor = windows[:, 0].to(cos.dtype) + shift
-            k_ent = _rope(k_ent, *self._cos_sin(k_ent, anchor))
-        k_ent = self.hook_rot_entries(k_ent)
-        # joint key axis: n entries, then local slot i = position t - L + 1 + i
-        L = spec.local
+        L, n_sink = spec.local, spec.sink
         t = torch.arange(T, device=dev)
-        local_pos = t[:, None] - L + 1 + torch.arange(L, device=dev)
-        sink_pos = torch.arange(spec.sink, device=dev).expand(T, -1)  # shown only when outside the local window
-        mask = torch.cat([(windows[:, -1][None] <= t[:, None]), sink_pos < t[:, None] - L + 1, local_pos >= 0], 1)
-        lp = torch.cat([sink_pos, local_pos], 1).clamp(min=0)  # [T, sink + L] exact slots
-        qg = q_rot.unflatten(2, (n_kv, self.group))  # [b, T, kv, g, d]
-        s_ent = torch.einsum("btkgd,bnkd->bkgtn", qg, k_ent)
-        s_loc = torch.einsum("btkgd,btlkd->bkgtl", qg, k_rot[:, lp])
-        scores = (torch.cat([s_ent, s_loc], -1) * self.scaling).flatten(1, 2)  # [b, head, T, n + L]
-        scores = scores.masked_fill(~mask, float("-inf"))
+        qg = q_rot.view(b, n_kv, G * T, d)  # query head h = kv * G + g
+        ke, ve = k_ent.transpose(1, 2), v_ent.transpose(1, 2)  # [b, kv, n, d]
+        sink_k, sink_v = _pad_to(k_rot[:, :, :n_sink], n_sink), _pad_to(vT[:, :, :n_sink], n_sink)
+        s_loc, band = _band_scores(q_rot.view(b, n_kv, G, T, d), k_rot, vT, L)
+        # joint key axis: n entries, then sink slots, then local slot i = position t - L + 1 + i
+        scores = torch.cat([(qg @ ke.transpose(-1, -2)).view(b, n_kv, G, T, n),
+                            (qg @ sink_k.transpose(-1, -2)).view(b, n_kv, G, T, n_sink), s_loc], -1)
+        sink_seen = torch.arange(n_sink, device=dev)[None] < (t[:, None] - L + 1)  # only outside the local window
+        mask = torch.cat([ends[None] <= t[:, None], sink_seen, t[:, None] - L + 1 + torch.arange(L, device=dev) >= 0], 1)
+        scores = scores.mul_(self.scaling).masked_fill_(~mask, float("-inf"))
         # a query that sees nothing (local=0, before the first window completes) attends to nothing
-        pattern = self.hook_pattern(scores.softmax(-1).nan_to_num(0.0))
-        p_ent, p_loc = pattern[..., :n].unflatten(1, (n_kv, self.group)), pattern[..., n:].unflatten(1, (n_kv, self.group))
-        z = torch.einsum("bkgtn,bnkd->btkgd", p_ent, v_ent) + torch.einsum("bkgtl,btlkd->btkgd", p_loc, v[:, lp])
-        z = self.hook_z(z.flatten(2, 3))
+        p = self.hook_pattern(scores.softmax(-1).nan_to_num_(0.0).view(b, -1, T, scores.shape[-1]))
+        p = p.view(b, n_kv, G, T, -1)
+        z = (p[..., :n].reshape(b, n_kv, G * T, n) @ ve + p[..., n:n + n_sink].reshape(b, n_kv, G * T, n_sink) @ sink_v)
+        z = z.view(b, n_kv, G, T, d) + _band_values(p[..., n + n_sink:], band, L)
+        z = self.hook_z(z.view(b, n_kv * G, T, d).transpose(1, 2))  # [b, T, head, d]
         return self.o_proj(z.reshape(b, T, -1)), None
+
+
+def _rope_heads(x: Float[Tensor, "batch pos heads d_head"], cos: Tensor, sin: Tensor
+                ) -> Float[Tensor, "batch heads pos d_head"]:
+    """x rotated at its positions (cos/sin [batch or 1, pos, d]), head-major and contiguous."""
+    xt = x.transpose(1, 2).contiguous()
+    return xt * cos[:, None] + _rotate_half(xt) * sin[:, None]
+
+
+def _windows(x: Float[Tensor, "batch pos kv_head d_head"], spec: KVCompression, n: int
+             ) -> Float[Tensor, "batch entry kv_head d_head offset"]:
+    """The n complete windows of x as a strided view (no copy when S = W or the windows overlap)."""
+    if n == 0:
+        return x.new_zeros(x.shape[0], 0, *x.shape[2:], spec.window)
+    return x[:, : (n - 1) * spec.stride + spec.window].unfold(1, spec.window, spec.stride)
+
+
+def _pad_to(x: Tensor, n: int) -> Tensor:
+    """x [..., m, d] padded with zeros to n positions (sink slots past the sequence: masked)."""
+    return x if x.shape[-2] >= n else F.pad(x, (0, 0, 0, n - x.shape[-2]))
+
+
+def _band_scores(q: Float[Tensor, "batch kv_head group pos d_head"], k: Float[Tensor, "batch kv_head pos d_head"],
+                 v: Float[Tensor, "batch kv_head pos d_head"], L: int) -> tuple[Tensor, Tensor]:
+    """Scores of each query t against positions t - L + 1 .. t ([b, kv, g, T, L], slot i = position
+    t - L + 1 + i; positions < 0 score against zeros and are masked by the caller), and the values
+    laid out for `_band_values`. Blocks of L queries read their own block and the one before: one
+    batched matmul, 2L keys per query, no [T, L] gather of keys."""
+    b, K, G, T, d = q.shape
+    if L == 0:
+        return q.new_zeros(b, K, G, T, 0), v
+    nb = -(-T // L)
+    pad = nb * L - T
+    qb = F.pad(q, (0, 0, 0, pad)).view(b, K, G, nb, L, d).transpose(2, 3).reshape(b, K, nb, G * L, d)
+    kb = F.pad(k, (0, 0, L, pad)).view(b, K, nb + 1, L, d)  # one zero block in front
+    vb = F.pad(v, (0, 0, L, pad)).view(b, K, nb + 1, L, d)
+    keys = torch.cat([kb[:, :, :-1], kb[:, :, 1:]], 3)  # block i: positions (i-1)L .. (i+1)L - 1
+    s = (qb @ keys.transpose(-1, -2)).view(b, K, nb, G, L, 2 * L)
+    s = s.gather(-1, _band_index(L, q.device).expand(b, K, nb, G, L, L))
+    return s.transpose(2, 3).reshape(b, K, G, nb * L, L)[:, :, :, :T], torch.cat([vb[:, :, :-1], vb[:, :, 1:]], 3)
+
+
+def _band_index(L: int, device: torch.device) -> Tensor:
+    """Query offset r in its block, slot i -> column r + 1 + i of the block's 2L keys."""
+    return torch.arange(L, device=device)[:, None] + 1 + torch.arange(L, device=device)
+
+
+def _band_values(p: Float[Tensor, "batch kv_head group pos slot"], band_v: Float[Tensor, "batch kv_head block key d_head"],
+                 L: int) -> Float[Tensor, "batch kv_head group pos d_head"]:
+    """sum_i p[..., i] * v[t - L + 1 + i], through the blocks of `_band_scores`."""
+    b, K, G, T, _ = p.shape
+    if L == 0:
+        return p.new_zeros(b, K, G, T, band_v.shape[-1])
+    nb = band_v.shape[2]
+    pb = F.pad(p, (0, 0, 0, nb * L - T)).view(b, K, G, nb, L, L).transpose(2, 3)  # [b, K, nb, G, L, L]
+    full = pb.new_zeros(b, K, nb, G, L, 2 * L).scatter_(-1, _band_index(L, p.device).expand(b, K, nb, G, L, L), pb)
+    out = full.view(b, K, nb, G * L, 2 * L) @ band_v  # [b, K, nb, G * L, d]
+    return out.view(b, K, nb, G, L, -1).transpose(2, 3).reshape(b, K, G, nb * L, -1)[:, :, :, :T]
 
 
 def _layers(model: nn.Module) -> nn.ModuleList:
