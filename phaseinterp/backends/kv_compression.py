@@ -219,45 +219,97 @@ class CompressedLlamaAttention(nn.Module):
             # a prefill with a cache is fine (the cache is left alone: the final-position path keeps
             # what it needs through the hook points); decoding from it is not
             raise ValueError("a compressed layer runs full sequences only: call the model with use_cache=False")
-        spec, d = self.spec, self.head_dim
+        d = self.head_dim
         b, T, _ = hidden_states.shape
-        q = self.q_proj(hidden_states).view(b, T, -1, d)
+        cos, sin = position_embeddings
+        # head-major [b, heads, T, d] like HF's attention (the projection's own output is freed here)
+        q_rot = _rope_heads(self.q_proj(hidden_states).view(b, T, -1, d), cos, sin)
         k = self.hook_k(self.k_proj(hidden_states).view(b, T, -1, d))
         v = self.hook_v(self.v_proj(hidden_states).view(b, T, -1, d))
-        cos, sin = position_embeddings
-        # head-major [b, heads, T, d] like HF's attention: the matmuls below read them without copies
-        q_rot, k_rot = _rope_heads(q, cos, sin), _rope_heads(k, cos, sin)
-        vT = v.transpose(1, 2)
-        n_kv, G = k.shape[2], self.group
+        k_rot = _rope_heads(k, cos, sin)
         k_ent, v_ent, ends = self.entries(q_rot.transpose(1, 2), k, k_rot.transpose(1, 2), v, cos)
-        n = len(ends)
-        dev = hidden_states.device
-        L, n_sink = spec.local, spec.sink
-        t = torch.arange(T, device=dev)
-        qg = q_rot.view(b, n_kv, G * T, d)  # query head h = kv * G + g
-        ke, ve = k_ent.transpose(1, 2), v_ent.transpose(1, 2)  # [b, kv, n, d]
+        L, n_sink, K = self.spec.local, self.spec.sink, k.shape[2]
+        vT = v.transpose(1, 2)
         sink_k, sink_v = _pad_to(k_rot[:, :, :n_sink], n_sink), _pad_to(vT[:, :, :n_sink], n_sink)
-        s_loc, band = _band_scores(q_rot.view(b, n_kv, G, T, d), k_rot, vT, L)
-        # joint key axis: n entries, then sink slots, then local slot i = position t - L + 1 + i
-        scores = torch.cat([(qg @ ke.transpose(-1, -2)).view(b, n_kv, G, T, n),
-                            (qg @ sink_k.transpose(-1, -2)).view(b, n_kv, G, T, n_sink), s_loc], -1)
-        sink_seen = torch.arange(n_sink, device=dev)[None] < (t[:, None] - L + 1)  # only outside the local window
-        mask = torch.cat([ends[None] <= t[:, None], sink_seen, t[:, None] - L + 1 + torch.arange(L, device=dev) >= 0], 1)
-        scores = scores.mul_(self.scaling).masked_fill_(~mask, float("-inf"))
-        # a query that sees nothing (local=0, before the first window completes) attends to nothing
-        p = self.hook_pattern(scores.softmax(-1).nan_to_num_(0.0).view(b, -1, T, scores.shape[-1]))
-        p = p.view(b, n_kv, G, T, -1)
-        z = (p[..., :n].reshape(b, n_kv, G * T, n) @ ve + p[..., n:n + n_sink].reshape(b, n_kv, G * T, n_sink) @ sink_v)
-        z = z.view(b, n_kv, G, T, d) + _band_values(p[..., n + n_sink:], band, L)
-        z = self.hook_z(z.view(b, n_kv * G, T, d).transpose(1, 2))  # [b, T, head, d]
+        kp = _band_layout(k_rot, L)
+        del k, k_rot  # each tensor is dropped once read: the peak stays near the uncompressed layer's
+        p = self._pattern(q_rot.view(b, K, self.group, T, d), kp, sink_k, k_ent.transpose(1, 2), ends)
+        del q_rot, kp
+        z = self._mix(p, _band_layout(vT, L), sink_v, v_ent.transpose(1, 2))
+        del p
+        z = self.hook_z(z.view(b, T, -1, d))  # [b, T, head, d]
         return self.o_proj(z.reshape(b, T, -1)), None
+
+    def _chunk(self) -> tuple[int, int]:
+        """(queries per chunk, band block): chunks of ~64 queries, a multiple of the local window L
+        so that band blocks never straddle two chunks."""
+        step = max(self.spec.local, 1)
+        return max(1, 64 // step) * step, step
+
+    def _pattern(self, q: Float[Tensor, "batch kv_head group pos d_head"], kp: Float[Tensor, "batch kv_head key d_head"],
+                 sink_k: Float[Tensor, "batch kv_head sink d_head"], ke: Float[Tensor, "batch kv_head entry d_head"],
+                 ends: Int[Tensor, " entry"]) -> Float[Tensor, "batch kv_head group pos key"]:
+        """One joint softmax per query over entries, sink and local keys (`hook_pattern`'s layout;
+        the hook applied). Written chunk by chunk of queries into one buffer, softmax in place: no
+        [pos, keys] temporary of the whole sequence besides the pattern the hook contract asks for;
+        the local window is read through blocks (`_band_scores`), never gathered."""
+        b, K, G, T, _ = q.shape
+        L, n_sink, n = self.spec.local, self.spec.sink, len(ends)
+        dev = q.device
+        chunk, step = self._chunk()
+        ke, sink_k = ke[:, :, None], sink_k[:, :, None]  # [b, kv, 1, n, d]: broadcast over the group
+        pattern = q.new_empty(b, K, G, T, n + n_sink + L)  # joint key axis: entries, sink slots, local slots
+        for s in range(0, T, chunk):
+            e = min(s + chunk, T)
+            qc, out, t = q[:, :, :, s:e], pattern[:, :, :, s:e], torch.arange(s, e, device=dev)
+            cp = -(-(e - s) // step) * step
+            out[..., :n] = qc @ ke.transpose(-1, -2)
+            if n_sink:
+                out[..., n:n + n_sink] = qc @ sink_k.transpose(-1, -2)
+            out[..., n + n_sink:] = _band_scores(qc, kp[:, :, s:s + cp + L], L)
+            seen = torch.cat([ends[None] <= t[:, None],
+                              torch.arange(n_sink, device=dev)[None] < t[:, None] - L + 1,  # outside the local window
+                              t[:, None] - L + 1 + torch.arange(L, device=dev) >= 0], 1)
+            out.mul_(self.scaling).masked_fill_(~seen, float("-inf"))
+            # softmax in place; a query that sees nothing (local=0, before the first window) attends to nothing
+            out.sub_(out.amax(-1, keepdim=True)).exp_().nan_to_num_(0.0)
+            out.div_(out.sum(-1, keepdim=True).clamp_(min=torch.finfo(out.dtype).tiny))
+        return self.hook_pattern(pattern.view(b, K * G, T, -1)).view(b, K, G, T, -1)
+
+    def _mix(self, p: Float[Tensor, "batch kv_head group pos key"], vp: Float[Tensor, "batch kv_head key d_head"],
+             sink_v: Float[Tensor, "batch kv_head sink d_head"], ve: Float[Tensor, "batch kv_head entry d_head"]
+             ) -> Float[Tensor, "batch pos kv_head group d_head"]:
+        """The pattern's weighted values, chunk by chunk, in the layout `hook_z` reads."""
+        b, K, G, T, _ = p.shape
+        L, n_sink, n = self.spec.local, self.spec.sink, ve.shape[2]
+        chunk, step = self._chunk()
+        ve, sink_v = ve[:, :, None], sink_v[:, :, None]
+        z = p.new_empty(b, T, K, G, ve.shape[-1])
+        for s in range(0, T, chunk):
+            e = min(s + chunk, T)
+            pc = p[:, :, :, s:e]
+            cp = -(-(e - s) // step) * step
+            acc = pc[..., :n] @ ve  # chunk-sized temporaries, accumulated in place
+            if n_sink:
+                acc += pc[..., n:n + n_sink] @ sink_v
+            if L:
+                acc += _band_values(pc[..., n + n_sink:], vp[:, :, s:s + cp + L], L)
+            z[:, s:e] = acc.permute(0, 3, 1, 2, 4)
+        return z
+
+
+def _band_layout(x: Float[Tensor, "batch kv_head pos d_head"], L: int) -> Float[Tensor, "batch kv_head key d_head"]:
+    """x with L zero positions in front and padded to a multiple of L: index i holds position i - L."""
+    return F.pad(x, (0, 0, L, -x.shape[2] % max(L, 1)))
 
 
 def _rope_heads(x: Float[Tensor, "batch pos heads d_head"], cos: Tensor, sin: Tensor
                 ) -> Float[Tensor, "batch heads pos d_head"]:
-    """x rotated at its positions (cos/sin [batch or 1, pos, d]), head-major and contiguous."""
+    """x rotated at its positions (cos/sin [batch or 1, pos, d]), head-major and contiguous; one
+    copy of x and one temporary."""
     xt = x.transpose(1, 2).contiguous()
-    return xt * cos[:, None] + _rotate_half(xt) * sin[:, None]
+    r = _rotate_half(xt).mul_(sin[:, None])
+    return xt.mul_(cos[:, None]).add_(r)
 
 
 def _windows(x: Float[Tensor, "batch pos kv_head d_head"], spec: KVCompression, n: int
@@ -273,24 +325,22 @@ def _pad_to(x: Tensor, n: int) -> Tensor:
     return x if x.shape[-2] >= n else F.pad(x, (0, 0, 0, n - x.shape[-2]))
 
 
-def _band_scores(q: Float[Tensor, "batch kv_head group pos d_head"], k: Float[Tensor, "batch kv_head pos d_head"],
-                 v: Float[Tensor, "batch kv_head pos d_head"], L: int) -> tuple[Tensor, Tensor]:
-    """Scores of each query t against positions t - L + 1 .. t ([b, kv, g, T, L], slot i = position
-    t - L + 1 + i; positions < 0 score against zeros and are masked by the caller), and the values
-    laid out for `_band_values`. Blocks of L queries read their own block and the one before: one
-    batched matmul, 2L keys per query, no [T, L] gather of keys."""
-    b, K, G, T, d = q.shape
+def _band_scores(q: Float[Tensor, "batch kv_head group pos d_head"], k: Float[Tensor, "batch kv_head key d_head"],
+                 L: int) -> Float[Tensor, "batch kv_head group pos slot"]:
+    """Scores of each query t (c of them, from a start s that is a multiple of L) against
+    positions t - L + 1 .. t, slot i = position t - L + 1 + i. `k` holds positions s - L ..
+    s + ceil(c / L) * L - 1 (zeros before 0: masked by the caller). Blocks of L queries read
+    their own block and the one before: one batched matmul, 2L keys per query, no gather of keys."""
+    b, K, G, c, d = q.shape
     if L == 0:
-        return q.new_zeros(b, K, G, T, 0), v
-    nb = -(-T // L)
-    pad = nb * L - T
-    qb = F.pad(q, (0, 0, 0, pad)).view(b, K, G, nb, L, d).transpose(2, 3).reshape(b, K, nb, G * L, d)
-    kb = F.pad(k, (0, 0, L, pad)).view(b, K, nb + 1, L, d)  # one zero block in front
-    vb = F.pad(v, (0, 0, L, pad)).view(b, K, nb + 1, L, d)
-    keys = torch.cat([kb[:, :, :-1], kb[:, :, 1:]], 3)  # block i: positions (i-1)L .. (i+1)L - 1
-    s = (qb @ keys.transpose(-1, -2)).view(b, K, nb, G, L, 2 * L)
-    s = s.gather(-1, _band_index(L, q.device).expand(b, K, nb, G, L, L))
-    return s.transpose(2, 3).reshape(b, K, G, nb * L, L)[:, :, :, :T], torch.cat([vb[:, :, :-1], vb[:, :, 1:]], 3)
+        return q.new_zeros(b, K, G, c, 0)
+    nb = k.shape[2] // L - 1
+    qb = F.pad(q, (0, 0, 0, nb * L - c)).view(b, K, G, nb, L, d).transpose(2, 3).reshape(b, K, nb, G * L, d)
+    kb = k.reshape(b, K, nb + 1, L, d)
+    keys = torch.cat([kb[:, :, :-1], kb[:, :, 1:]], 3)  # block i: positions s + (i-1)L .. s + (i+1)L - 1
+    sc = (qb @ keys.transpose(-1, -2)).view(b, K, nb, G, L, 2 * L)
+    sc = sc.gather(-1, _band_index(L, q.device).expand(b, K, nb, G, L, L))
+    return sc.transpose(2, 3).reshape(b, K, G, nb * L, L)[:, :, :, :c]
 
 
 def _band_index(L: int, device: torch.device) -> Tensor:
@@ -298,17 +348,19 @@ def _band_index(L: int, device: torch.device) -> Tensor:
     return torch.arange(L, device=device)[:, None] + 1 + torch.arange(L, device=device)
 
 
-def _band_values(p: Float[Tensor, "batch kv_head group pos slot"], band_v: Float[Tensor, "batch kv_head block key d_head"],
+def _band_values(p: Float[Tensor, "batch kv_head group pos slot"], v: Float[Tensor, "batch kv_head key d_head"],
                  L: int) -> Float[Tensor, "batch kv_head group pos d_head"]:
-    """sum_i p[..., i] * v[t - L + 1 + i], through the blocks of `_band_scores`."""
-    b, K, G, T, _ = p.shape
+    """sum_i p[..., i] * v[t - L + 1 + i], `v` laid out as `_band_scores`'s `k`."""
+    b, K, G, c, _ = p.shape
     if L == 0:
-        return p.new_zeros(b, K, G, T, band_v.shape[-1])
-    nb = band_v.shape[2]
-    pb = F.pad(p, (0, 0, 0, nb * L - T)).view(b, K, G, nb, L, L).transpose(2, 3)  # [b, K, nb, G, L, L]
+        return p.new_zeros(b, K, G, c, v.shape[-1])
+    nb = v.shape[2] // L - 1
+    vb = v.reshape(b, K, nb + 1, L, -1)
+    band_v = torch.cat([vb[:, :, :-1], vb[:, :, 1:]], 3)  # [b, K, nb, 2L, d]
+    pb = F.pad(p, (0, 0, 0, nb * L - c)).view(b, K, G, nb, L, L).transpose(2, 3)  # [b, K, nb, G, L, L]
     full = pb.new_zeros(b, K, nb, G, L, 2 * L).scatter_(-1, _band_index(L, p.device).expand(b, K, nb, G, L, L), pb)
     out = full.view(b, K, nb, G * L, 2 * L) @ band_v  # [b, K, nb, G * L, d]
-    return out.view(b, K, nb, G, L, -1).transpose(2, 3).reshape(b, K, G, nb * L, -1)[:, :, :, :T]
+    return out.view(b, K, nb, G, L, -1).transpose(2, 3).reshape(b, K, G, nb * L, -1)[:, :, :, :c]
 
 
 def _layers(model: nn.Module) -> nn.ModuleList:
