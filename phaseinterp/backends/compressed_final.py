@@ -22,6 +22,16 @@ from jaxtyping import Float
 from torch import Tensor
 
 
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [batch, n, heads, d] rotated by cos/sin [batch or 1, n, d]."""
+    return x * cos[:, :, None] + _rotate_half(x) * sin[:, :, None]
+
+
 @dataclass
 class CompressedPrefix:
     """What position t of one compressed layer reads from the base run, for the rows sharing t.
@@ -80,8 +90,6 @@ class CompressedPrefix:
     @classmethod
     def build(cls, attn: Any, t: int, kept: dict[str, Tensor]) -> "CompressedPrefix":
         """The prefix of position t from what `capture` kept for its group."""
-        from phaseinterp.backends.kv_compression import _rope
-
         spec = attn.spec
         plan = cls.plan(spec, t)
         k, v = kept["k"], kept["v"]
@@ -102,8 +110,6 @@ def final_position_attention(attn: Any, x: Float[Tensor, "row 1 d_model"], posit
                              prefix: CompressedPrefix) -> tuple[Tensor, None]:
     """`attn` (a `CompressedLlamaAttention`) at position t for `x`, rows unit-major (unit * b + row
     of the group), reading `prefix`; the output projection applied, as the layer's forward."""
-    from phaseinterp.backends.kv_compression import _rope
-
     spec, d, G = attn.spec, attn.head_dim, attn.group
     b = prefix.keys.shape[0]
     n_rows = x.shape[0]

@@ -11,6 +11,12 @@ output projection. The layers below L are not rerun. All units of a chunk run as
 one-position forwards through the model's own decoder layers, norm and unembedding, so the result
 equals a full forward with the same edit (tested to 1e-4 on tiny random Llama and Qwen3).
 
+Layers with training-free compression (`kv_compression.compress_attention`) take the same path: the
+base run keeps, through their hook points, only what position t reads (entries that end before t,
+the sink and local keys, the window that closes at t), and their one-position forward is
+`compressed_final.final_position_attention` (called through the same decoder layers, with a
+`CompressedPrefix` as `shared_prefix`).
+
 `HFCausalLMBackend.final_position_run` returns a `KVCacheFinalRun` where `kv_cache_fallback` finds
 nothing against it; otherwise knockout and patching maps fall back to one full forward per unit
 (`method="hooks"`) and record why in the map's meta (`kv_cache_fallback`'s sentence).
@@ -32,6 +38,8 @@ from phaseinterp.units import check_layers
 #: decoders (RoPE from `model.model.rotary_emb`, `model.model.norm`, `lm_head` without soft-capping);
 #: others (Gemma's scaled embeddings and soft-capped logits, GPT-2's learned positions, ...) fall back.
 KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+#: DeepSeek Sparse Attention decoders (`DSABackend`): a fallback with its own reason
+DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 
 
 def kv_cache_fallback(backend: Any) -> str | None:
@@ -39,6 +47,12 @@ def kv_cache_fallback(backend: Any) -> str | None:
     model = backend.model
     hf = getattr(model, "config", None)
     kind = getattr(hf, "model_type", None)
+    if kind in DSA_TYPES:
+        return (f"model_type {kind!r} (DeepSeek Sparse Attention): its lightning indexer picks each query's keys, "
+                "and HF's decoding from a cache selects differently from its full forward (tiny random "
+                "DeepseekV32: logits differ by up to ~1 past index_topk positions), so neither the KV-cache nor "
+                "the decode path equals the full-forward map; a one-query indexer over the prefix's cached "
+                "indexer keys is not written yet")
     if kind not in KV_CACHE_FAMILIES:
         return (f"model_type {kind!r} has no final-position KV-cache path: allowed {list(KV_CACHE_FAMILIES)} "
                 "(plain pre-norm RoPE decoders)")
@@ -163,7 +177,7 @@ class KVCacheFinalRun:
             for h in handles:
                 h.remove()
         self.logits = out.logits[:, 0]
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        cache = (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) if len(wrapped) < n else None
         kv = ([None] * n if cache is None else
               [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache))
         self._resid, self._z = resid, z

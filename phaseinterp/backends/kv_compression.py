@@ -55,6 +55,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
+from phaseinterp.backends.compressed_final import _rope, _rotate_half, final_position_attention
+
 RULES = ("mean", "score", "evict")
 ANCHORS = ("post", "first", "centre", "last")
 
@@ -118,16 +120,6 @@ class KVCompression:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "layers": None if self.layers is None else list(self.layers)}
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x [batch, n, heads, d] rotated by cos/sin [batch or 1, n, d]."""
-    return x * cos[:, :, None] + _rotate_half(x) * sin[:, :, None]
 
 
 class _Branch(nn.Module):
@@ -210,8 +202,6 @@ class CompressedLlamaAttention(nn.Module):
     def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
                 attention_mask: Tensor | None = None, cache: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
         if kwargs.get("shared_prefix") is not None:  # the final-position path (`backends.kv_cache`)
-            from phaseinterp.backends.compressed_final import final_position_attention
-
             return final_position_attention(self, hidden_states, position_embeddings, kwargs["shared_prefix"])
         pos_ids = kwargs.get("position_ids")
         decoding = pos_ids is not None and int(pos_ids.reshape(-1)[0]) != 0

@@ -64,6 +64,12 @@ class NSABackend(tl_hooks.OwnModelSweep, Backend):
         model.train(training)  # no dropout: the caller's flag stays (a trainer's sweep must not flip it)
 
 
+    def incremental_fallback(self) -> str:
+        """Why knockout and patching run one full forward per unit here (no final-position path yet)."""
+        return ("NSA has no final-position path yet: position t's three branches (compressed entries, the blocks "
+                "its selection picks from the compressed scores, the sliding window) are not recomputed on their "
+                "own, so each unit runs a full forward")
+
     @torch.no_grad()
     def branch_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
                       knockouts: Sequence[tuple[int, str]], *, positions: str = "all", batch_size: int = 128,

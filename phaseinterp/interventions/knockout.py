@@ -142,7 +142,8 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
 
 def path_meta(model, method: str) -> dict:
     """How a map's edited logits were computed, for its meta: "path" ("final_position": our model's
-    recomputation, "kv_cache": a HF decoder's cached prefix, "full_forward": one forward per unit),
+    recomputation, "kv_cache": a HF decoder's cached prefix, compressed layers included, "decode_cache":
+    DeepSeek-V4 decoding t from a prefilled cache, "full_forward": one forward per unit),
     and, where a backend could not take its final-position path, "fallback" saying why."""
     if method == "incremental":
         return {"path": model.incremental_path}
@@ -176,8 +177,9 @@ def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibratio
     if method == "incremental" and not can_fast:
         why = model.incremental_fallback()
         raise ValueError(f"method='incremental' needs positions='final' and a backend with the final-position path "
-                         f"(our HookedCompressedTransformer, or a HF Llama / Qwen / Mistral decoder through its KV "
-                         f"cache) without hooks attached; got positions={positions!r} on {model.describe()}"
+                         f"(our HookedCompressedTransformer, a HF Llama / Qwen / Mistral decoder through its KV "
+                         f"cache, compressed or not, or DeepSeek-V4 through its decoding cache) without hooks attached; "
+                         f"got positions={positions!r} on {model.describe()}"
                          f"{'' if why is None else ': ' + why} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
     calib = _calibration(model, calibration, pos, replacement, max_rows)
@@ -294,8 +296,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         positions: "final" (default), "all" or absolute positions.
         layers: layers to scan (default all).
         method: "auto", "incremental" (final position only, reuses the clean run; backends
-            with that path: `HookedBackend`, and `HFCausalLMBackend` of Llama / Qwen / Mistral
-            decoders through the KV cache) or "hooks" (full forwards; on the other backends always,
+            with that path: `HookedBackend`, `HFCausalLMBackend` of Llama / Qwen / Mistral
+            decoders through the KV cache, training-free compressed layers included, and
+            `DeepseekV4Backend` through its decoding cache) or "hooks" (full forwards; on the other backends always,
             the reason in `meta["intervention"]["fallback"]`).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also
