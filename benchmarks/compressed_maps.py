@@ -16,8 +16,10 @@ the query positions only, no cache), time and peak memory (peak bytes of live te
 and (d) the forward of one SmolLM2 attention layer (layer 0's weights) with and without W8/S8
 compression at 256 and 1,024 tokens. Each timed run follows its own clean forward; a time ratio is
 the median of those paired ratios over `--repeats` interleaved rounds (stable when other processes
-share the CPU). The path each map took is recorded (`meta["intervention"]["path"]`). Targets: map
-<= 1.5x (time) and <= 1.3x (memory) a clean forward; the compressed layer <= 1x the plain layer.
+share the CPU). Maps run `--max-rows` rows per unit chunk (default 16: 4 units of 4 rows), which
+bounds the chunk's logits [units, rows, vocab]; the prefix is held once, not per unit. The path
+each map took is recorded (`meta["intervention"]["path"]`). Targets: map <= 1.5x (time) and
+<= 1.3x (memory) a clean forward; the compressed layer <= 1x the plain layer.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def map_vs_clean(name: str, backend, model, batch, calib_batch, args) -> dict:
     def kmap():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # units that change nothing at some rows
-            return knockout_map(backend, batch, calib, n_boot=args.n_boot, progress=False)
+            return knockout_map(backend, batch, calib, n_boot=args.n_boot, max_rows=args.max_rows, progress=False)
 
     with torch.no_grad():
         clean()  # warm up
@@ -136,6 +138,9 @@ def main() -> None:
     parser.add_argument("--layer-rows", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--n-boot", type=int, default=200)
+    parser.add_argument("--max-rows", type=int, default=16,
+                        help="rows per batched unit computation: units per chunk = this / rows; the chunk's logits "
+                             "[units, rows, vocab] are the map's largest tensor besides the prefix")
     parser.add_argument("--out", default="benchmarks/results/compressed_maps.json")
     args = parser.parse_args()
     torch.set_num_threads(1)

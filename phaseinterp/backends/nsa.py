@@ -64,11 +64,14 @@ class NSABackend(tl_hooks.OwnModelSweep, Backend):
         model.train(training)  # no dropout: the caller's flag stays (a trainer's sweep must not flip it)
 
 
-    def incremental_fallback(self) -> str:
-        """Why knockout and patching run one full forward per unit here (no final-position path yet)."""
-        return ("NSA has no final-position path yet: position t's three branches (compressed entries, the blocks "
-                "its selection picks from the compressed scores, the sliding window) are not recomputed on their "
-                "own, so each unit runs a full forward")
+    def incremental_ok(self) -> bool:
+        """Knockout and patching at the final position recompute only it (`backends.nsa_final`), without hooks."""
+        return not self.has_hooks() and not tl_hooks.has_hooks(self.model)
+
+    def final_position_run(self, tokens: Tensor, query_pos: Tensor):
+        from phaseinterp.backends.nsa_final import NSAFinalRun
+
+        return NSAFinalRun(self.model, tokens, query_pos)
 
     @torch.no_grad()
     def branch_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
