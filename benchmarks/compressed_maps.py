@@ -11,12 +11,13 @@ the query positions only, no cache), time and peak memory (peak bytes of live te
 - (b) SmolLM2-135M with training-free W8/S8 mean compression of every layer (local 16) at 256 and
   1,024 tokens (the same path through `backends.compressed_final`);
 - (c) the tiny random DeepSeek-V4 (`backends.tiny.tiny_deepseek_v4`: sliding, CSA, HCA, CSA) at
-  1,024 tokens, its longest (`max_position_embeddings`) (the decode path, `backends.decode_final`);
+  500 tokens, the longest induction prompt of distinct tokens its 512-token vocabulary allows (the
+  decode path, `backends.decode_final`);
 
 and (d) the forward of one SmolLM2 attention layer (layer 0's weights) with and without W8/S8
 compression at 256 and 1,024 tokens. Each timed run follows its own clean forward; a time ratio is
 the median of those paired ratios over `--repeats` interleaved rounds (stable when other processes
-share the CPU). Maps run `--max-rows` rows per unit chunk (default 16: 4 units of 4 rows), which
+share the CPU). Maps run `--max-rows` rows per unit chunk (default 64: 16 units of 4 rows), which
 bounds the chunk's logits [units, rows, vocab]; the prefix is held once, not per unit. The path
 each map took is recorded (`meta["intervention"]["path"]`). Targets: map <= 1.5x (time) and
 <= 1.3x (memory) a clean forward; the compressed layer <= 1x the plain layer.
@@ -133,18 +134,28 @@ def main() -> None:
     parser.add_argument("--modulus", type=int, default=4)
     parser.add_argument("--plain-seq-len", type=int, nargs="*", default=[128, 256])
     parser.add_argument("--compressed-seq-len", type=int, nargs="*", default=[256, 1024])
-    parser.add_argument("--v4-seq-len", type=int, nargs="*", default=[1024])
+    parser.add_argument("--v4-seq-len", type=int, nargs="*", default=[500],
+                        help="induction prompts need distinct token ids: 500 is the longest the tiny vocab (512) allows")
     parser.add_argument("--layer-seq-len", type=int, nargs="*", default=[256, 1024])
     parser.add_argument("--layer-rows", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--n-boot", type=int, default=200)
-    parser.add_argument("--max-rows", type=int, default=16,
+    parser.add_argument("--max-rows", type=int, default=64,
                         help="rows per batched unit computation: units per chunk = this / rows; the chunk's logits "
                              "[units, rows, vocab] are the map's largest tensor besides the prefix")
     parser.add_argument("--out", default="benchmarks/results/compressed_maps.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = []
+    rows: list[dict] = []
+    command = "python benchmarks/compressed_maps.py " + " ".join(
+        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items())
+
+    def save() -> None:  # after every row: a killed run keeps what it measured
+        result = {"benchmark": "compressed_maps", "device": "cpu", "threads": 1, "python": platform.python_version(),
+                  "phaseinterp": __version__, "versions": versions(), "command": command,
+                  "target": {"map_time_ratio": 1.5, "map_memory_ratio": 1.3, "layer_ratio": 1.0}, "rows": rows}
+        write_atomic(Path(args.out), json.dumps(result, indent=2))
+
     batches = lambda T: (induction_final_batch(args.n_per_residue, T, args.modulus, seed=1),  # noqa: E731
                          induction_final_batch(args.n_per_residue, T, args.modulus, seed=2))
     if args.plain_seq_len or args.compressed_seq_len or args.layer_seq_len:
@@ -153,12 +164,15 @@ def main() -> None:
         model, _ = load_smollm2()
         for T in args.plain_seq_len:
             rows.append(map_vs_clean("(a) SmolLM2-135M plain", smollm2_backend(model), model, *batches(T), args))
+            save()
         compress_attention(model, KVCompression(8, 8, "mean", local=16))
         for T in args.compressed_seq_len:
             rows.append(map_vs_clean("(b) SmolLM2-135M W8/S8 mean L16, all layers", smollm2_backend(model), model,
                                      *batches(T), args))
+            save()
         restore_attention(model)
         rows += layer_rows(model, args)
+        save()
     if args.v4_seq_len:
         from phaseinterp.backends.tiny import tiny_deepseek_v4
 
@@ -168,13 +182,8 @@ def main() -> None:
                 induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=2)
             rows.append(map_vs_clean("(c) tiny DeepSeek-V4 (sliding, CSA, HCA, CSA)", backend_for(v4), v4, batch, calib,
                                      args))
-    result = {"benchmark": "compressed_maps", "device": "cpu", "threads": 1, "python": platform.python_version(),
-              "phaseinterp": __version__, "versions": versions(),
-              "command": "python benchmarks/compressed_maps.py " + " ".join(
-                  f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                  for k, v in vars(args).items()),
-              "target": {"map_time_ratio": 1.5, "map_memory_ratio": 1.3, "layer_ratio": 1.0}, "rows": rows}
-    write_atomic(Path(args.out), json.dumps(result, indent=2))
+            save()
+    save()
 
 
 if __name__ == "__main__":
