@@ -12,7 +12,7 @@ the query positions only, no cache), time and peak memory (peak bytes of live te
   1,024 tokens (the same path through `backends.compressed_final`);
 - (c) the tiny random DeepSeek-V4 (`backends.tiny.tiny_deepseek_v4`: sliding, CSA, HCA, CSA) at
   500 tokens, the longest induction prompt of distinct tokens its 512-token vocabulary allows (the
-  decode path, `backends.decode_final`);
+  decode path, `families.deepseek_v4.decode_final`);
 
 and (d) the forward of one SmolLM2 attention layer (layer 0's weights) with and without W8/S8
 compression at 256 and 1,024 tokens. Each timed run follows its own clean forward; a time ratio is

@@ -29,9 +29,11 @@ from phaseinterp import assets
 
 MANIFEST = Path(__file__).resolve().parent / "catalog.json"
 #: What a wheel carries (globs inside an assets folder): the checkpoints `phaseinterp reproduce`
-#: sweeps (with their cards and the W4/S4 training series) and the result files the report reads.
+#: sweeps (with their cards and the W4/S4 training series and log, which tutorial 05 reads) and the result
+#: files the report reads.
 PACKAGE_DATA = [
     "checkpoints/*.safetensors", "checkpoints/*.json", "checkpoints/w4s4/*.safetensors",
+    "checkpoints/w4s4.metrics.jsonl",
     "results/mitigations/mitigations.json", "results/mitigations/knockout/*.json", "results/zoo.json",
     "results/zoo-seeds/zoo.json", "results/zoo_members.json", "results/smollm2.json", "results/nsa.json",
 ]
@@ -58,6 +60,13 @@ class ModelInfo:
     task: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def group(self) -> str:
+        """The family it was shipped with: its folder under `checkpoints/` (`zoo`, `nsa`, `variants`, ...),
+        or "core" for the top-level checkpoints (the models the wheel carries)."""
+        folder = PurePosixPath(self.path).parent
+        return "core" if folder.name == "checkpoints" else folder.relative_to("checkpoints").as_posix()
+
+    @property
     def installed(self) -> bool:
         """Whether an assets folder holds its checkpoint and card."""
         return assets.find(self.path) is not None and assets.find(Path(self.path).with_suffix(".json")) is not None
@@ -81,11 +90,12 @@ def model_info(name: str) -> ModelInfo:
     """The shipped model called `name`; ValueError listing the known names otherwise."""
     known = {m.name: m for m in models()}
     if name not in known:
+        # the nearest names, not all of them: a typo's answer is the name it meant (the list is `phaseinterp models`)
         close = difflib.get_close_matches(name, list(known), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ValueError(f"model name {name!r} is unknown{hint}: allowed a checkpoint file, a training-run folder, a "
-                         f"HuggingFace model folder or a shipped model name: {', '.join(sorted(known))} "
-                         "(phaseinterp.models() describes them)")
+                         f"HuggingFace model folder or one of the {len(known)} shipped model names "
+                         "(`phaseinterp models --all` lists them, phaseinterp.models() describes them)")
     return known[name]
 
 
@@ -131,25 +141,14 @@ def packaged(relative: str) -> bool:
 
 
 def describe_config(card: dict) -> str:
-    """One line of architecture from a card's `model_config` (ours, NSA or a HF model)."""
+    """One line of architecture from a card's `model_config`: its family's Backend describes the
+    config (`Backend.describe_card`; ours, NSA, a HF model), then the parameter count."""
+    from phaseinterp.families import family_of_config
+
     cfg = card.get("model_config", {})
     params = f"{card['n_parameters']:,} parameters" if card.get("n_parameters") else ""
-    if "hf_config" in cfg:
-        hf = cfg["hf_config"]
-        kinds = ", ".join(f"{t} (rate {hf.get('compress_rates', {}).get(t, '?')})" for t in hf.get("layer_types") or [])
-        if "index_topk" in hf and not hf.get("compress_rates"):  # DSA: token selection, no compressor rates
-            kinds = f"DeepSeek Sparse Attention, top-{hf['index_topk']} tokens per query"
-        parts = [f"HF {cfg.get('architecture')}", f"{hf.get('num_hidden_layers')} layers" + (f" ({kinds})" if kinds else ""),
-                 f"hidden {hf.get('hidden_size')}", params]
-    elif cfg.get("arch") == "nsa":
-        parts = [f"NSA, {cfg['n_layers']} layers (compress block {cfg['compress_block']} / stride {cfg['compress_stride']}, "
-                 f"{cfg['num_selected']} selected blocks, window {cfg['sliding_window']})", f"d_model {cfg['d_model']}",
-                 _heads(cfg), params]
-    else:
-        layers = [_layer(layer) for layer in cfg.get("layers", [])]
-        grouped = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in _runs(layers))
-        parts = [f"{cfg.get('n_layers', len(layers))} layers ({grouped})", f"d_model {cfg.get('d_model')}", _heads(cfg), params]
-    return ", ".join(p for p in parts if p)
+    parts = family_of_config(cfg)[0].backend_class().describe_card(cfg)
+    return ", ".join(p for p in [*parts, params] if p)
 
 
 def describe_curve(card: dict) -> str:
@@ -162,28 +161,6 @@ def describe_curve(card: dict) -> str:
     text = (f"record lookup mod {modulus}: mean {100 * curve['mean']:.1f}%, worst {100 * curve['worst']:.1f}%, "
             f"best {100 * curve['best']:.1f}%, gap {curve['gap_pp']:.1f} pp")
     return text + (f"; residues >= 80%: {', '.join(map(str, strong))}" if strong else "; no residue >= 80%")
-
-
-def _heads(cfg: dict) -> str:
-    kv = cfg.get("n_kv_heads")
-    return f"{cfg.get('n_heads')} heads / {kv} KV head{'s' if kv != 1 else ''}"
-
-
-def _layer(layer: Any) -> str:
-    if not isinstance(layer, dict):
-        return str(layer)
-    layout = "" if layer.get("layout", "generic") == "generic" else f" {layer['layout']}"
-    return f"W{layer['window']}/S{layer['stride']} {layer['gate']} gate{layout}"
-
-
-def _runs(items: list[str]) -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
-    for item in items:
-        if out and out[-1][0] == item:
-            out[-1] = (item, out[-1][1] + 1)
-        else:
-            out.append((item, 1))
-    return out
 
 
 def write(root: Path = assets.CHECKOUT, path: Path = MANIFEST) -> Path:

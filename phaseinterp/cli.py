@@ -62,15 +62,19 @@ def describe(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    out = getattr(args, "out", None)
+    created = first_missing(Path(out)) if out is not None else None  # what this run creates: removed if it stays empty
+    status = 2
     try:
-        out = getattr(args, "out", None)
         check_out(out)
         if out is None:
-            return int(args.func(args) or 0)
+            status = int(args.func(args) or 0)
+            return status
         from phaseinterp.commands._guard import guarded_out
 
         with guarded_out(args):  # one run per folder; finished folders kept; the journal of long work
-            return int(args.func(args) or 0)
+            status = int(args.func(args) or 0)
+        return status
     except KeyboardInterrupt:
         raise
     except Exception as err:  # noqa: BLE001  (the boundary: every error becomes one line)
@@ -78,6 +82,29 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"phaseinterp {args.command}: error: {describe(err)} (--debug shows the traceback)", file=sys.stderr)
         return 2
+    finally:
+        if created is not None and status != 0:
+            remove_if_empty(created)
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what `mkdir(parents=True)` creates), or None."""
+    missing = None
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove a folder this run created when it holds no file (empty subfolders, e.g. an empty journal,
+    count as nothing): a failed run leaves no empty --out behind, and never removes a file."""
+    if not folder.is_dir() or any(p.is_file() or p.is_symlink() for p in folder.rglob("*")):
+        return
+    for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        sub.rmdir()
+    folder.rmdir()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Model families: what a model is, decided in one place.
 
-A `ModelFamily` names everything the rest of the library asks about a kind of model: the
-checkpoint format(s) it writes, how to read its config and build it, how to recognise an instance,
-which backend wraps it, its converter to our model (if any) and whether the trainer can train it.
-The records live in `FAMILIES` (the `Registry` type of gate kinds and layouts); the built-in
-families are defined on the model floor (`phaseinterp.families`, one module each) and register
-themselves when that package is imported. Consumers import `phaseinterp.families`, whose lookups
-are the functions below.
+A `ModelFamily` names what every kind of model has: how to recognise an instance, its Backend
+class, the checkpoint format(s) it writes, how to read its config and build it, and the module a
+checkpoint stores. What a model *can do* (train with mitigations, compile, run data parallel,
+describe an HF config, ...) is asked of its Backend class (`phaseinterp.backends.base.Backend`'s
+methods, with defaults), never stored here. The records live in `FAMILIES` (the `Registry` type of
+gate kinds and layouts); the built-in families are defined on the model floor
+(`phaseinterp.families`, one module or folder each, named in one list) and register themselves
+when that package is imported. Consumers import `phaseinterp.families`, whose lookups are the
+functions below; what a model runs on is decided by `phaseinterp.families.resolve` alone.
 
 Example:
     >>> import phaseinterp.families  # registers the built-in families
@@ -18,10 +20,15 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from phaseinterp.registry import Registry
+
+
+def _same(model: Any) -> Any:
+    return model
 
 
 @dataclass(frozen=True)
@@ -30,55 +37,49 @@ class ModelFamily:
 
     Attributes:
         name: the family's name ("hooked", "hf-causal-lm", "nsa", "deepseek-v4", ...).
+        backend: its Backend class, or its dotted path ("package.module.Class") (imported on first use, so that
+            registering a family loads no backend library); `backend.wrap(model, stride)` builds
+            one (stride: the period to test, for models without compressors); None: no backend.
         recognizes: whether an object is a model of this family (None: a flavour only, whose
-            models run as another family's, e.g. Qwen3 as any HF causal LM).
-        backend: `(model, stride) -> Backend` (stride: the period to test, for models without
-            compressors; a family that takes none raises on a stride); None: no backend.
+            models run as another family's, e.g. DSA configs inside the trainer's HF models).
         formats: checkpoint format strings it reads; the first is the one its models write.
         as_config: its config for an object (its config type, a stored config dict, a foreign
             config it converts), or None when the object is not one of its configs.
         build: `(config, seed) -> model`; `seed=None` when weights are loaded right after.
         weights: the module whose state dict a checkpoint holds (default: the model itself).
-        runnable: what experiments (verbs, sweeps, interventions) run on (default: the model
-            itself; HF models: their backend).
-        converter: a function turning one of its models into our `HookedCompressedTransformer`.
-        trainable: the trainer can train it (then `as_config`, `build` and a format are set).
-        mitigations: training-time mitigations act on its compressors.
-        compile: the trainer may `torch.compile` its forward.
-        data_parallel: the trainer may run it with DDP.
         fallback: tried only after every other family (e.g. "any HF causal LM").
-        hf_model_type: a HuggingFace `model_type` whose configs this family describes (HF flavours).
-        layer_strides: `(hf config) -> per-layer compressor stride or None` of that model type.
-        describe: `(hf config dict) -> str`, a one-line description of that model type's schedule.
-        on_wrap: `(hf model) -> None`, called when the trainer's `HFCausalLM` wraps a model of that
-            model type (DSA: the indexer's training loss hooks).
     """
 
     name: str
+    backend: Any = None
     recognizes: Callable[[Any], bool] | None = None
-    backend: Callable[[Any, int | None], Any] | None = None
     formats: tuple[str, ...] = ()
     as_config: Callable[[Any], Any] | None = None
     build: Callable[[Any, int | None], Any] | None = None
-    weights: Callable[[Any], Any] = lambda model: model
-    runnable: Callable[[Any], Any] = lambda model: model
-    converter: Callable[..., Any] | None = None
-    trainable: bool = False
-    mitigations: bool = False
-    compile: bool = False
-    data_parallel: bool = False
+    weights: Callable[[Any], Any] = _same
     fallback: bool = False
-    hf_model_type: str | None = None
-    layer_strides: Callable[[Any], tuple[int | None, ...]] | None = None
-    describe: Callable[[dict], str] | None = None
-    on_wrap: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name={self.name!r} is invalid: allowed a non-empty string")
-        if self.trainable and (self.as_config is None or self.build is None or not self.formats):
-            raise ValueError(f"family {self.name!r} is trainable but lacks as_config, build or a format: allowed "
-                             "trainable=True only with all three")
+        if isinstance(self.backend, str) and "." not in self.backend:
+            raise ValueError(f"backend={self.backend!r} is invalid: allowed a Backend class or its dotted path "
+                             "'package.module.Class'")
+
+    @property
+    def trainable(self) -> bool:
+        """The trainer can train it: it reads a config, builds from it and writes a format."""
+        return self.as_config is not None and self.build is not None and bool(self.formats)
+
+    def backend_class(self) -> Any:
+        """Its Backend class (imported now when named by a string); ValueError when it has none."""
+        if self.backend is None:
+            raise ValueError(f"family {self.name!r} has no backend: allowed a model of "
+                             f"{[f.name for f in FAMILIES if f.backend is not None]}")
+        if isinstance(self.backend, str):
+            module, _, cls = self.backend.rpartition(".")
+            return getattr(importlib.import_module(module), cls)
+        return self.backend
 
 
 FAMILIES: Registry[ModelFamily] = Registry(ModelFamily, "model family", "family", "family")
@@ -105,13 +106,18 @@ def known_formats() -> list[str]:
     return [f for family in FAMILIES for f in family.formats]
 
 
+def find_family(model: Any) -> ModelFamily | None:
+    """The family of a model instance (specific families before fallbacks), or None."""
+    return next((f for f in _ordered() if f.recognizes is not None and f.recognizes(model)), None)
+
+
 def family_of_model(model: Any) -> ModelFamily:
-    """The family of a model instance (specific families before fallbacks)."""
-    for family in _ordered():
-        if family.recognizes is not None and family.recognizes(model):
-            return family
-    raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a model of a registered family "
-                     f"{[f.name for f in FAMILIES]}, or a Backend")
+    """The family of a model instance (specific families before fallbacks); ValueError otherwise."""
+    family = find_family(model)
+    if family is None:
+        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed a model of a registered family "
+                         f"{[f.name for f in FAMILIES]}, or a Backend")
+    return family
 
 
 def family_of_config(config: Any) -> tuple[ModelFamily, Any]:
@@ -138,17 +144,19 @@ def build_model(config: Any, seed: int) -> Any:
 
 
 def backend_of(model: Any, stride: int | None = None) -> Any:
-    """The backend of a model instance, through its family."""
-    family = family_of_model(model)
-    if family.backend is None:
-        raise ValueError(f"family {family.name!r} has no backend: allowed a model of "
-                         f"{[f.name for f in FAMILIES if f.backend is not None]}")
-    return family.backend(model, stride)
+    """The backend of a model instance, through its family (`Backend.wrap`)."""
+    return family_of_model(model).backend_class().wrap(model, stride)
 
 
-def hf_flavour(model_type: str) -> ModelFamily | None:
-    """The family describing HuggingFace `model_type` (its compressor strides), if one is registered."""
-    return next((f for f in FAMILIES if f.hf_model_type == model_type), None)
+def hf_flavour(model_type: str) -> Any | None:
+    """The Backend class describing HuggingFace `model_type` (its compressor strides, its schedule, what
+    the trainer installs when it wraps one), if a registered family's Backend claims it."""
+    for family in FAMILIES:
+        if family.backend is not None and family.recognizes is not None:
+            cls = family.backend_class()
+            if model_type in cls.hf_model_types():
+                return cls
+    return None
 
 
 def no_stride(what: str, stride: int | None) -> None:
@@ -158,4 +166,5 @@ def no_stride(what: str, stride: int | None) -> None:
 
 
 __all__ = ["FAMILIES", "ModelFamily", "backend_of", "build_model", "config_from_dict", "family_of_config",
-           "family_of_format", "family_of_model", "hf_flavour", "known_formats", "no_stride", "register_family"]
+           "family_of_format", "family_of_model", "find_family", "hf_flavour", "known_formats", "no_stride",
+           "register_family"]

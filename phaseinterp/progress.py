@@ -1,13 +1,21 @@
 """Progress bars, one meaning everywhere: `progress=True` (the default of every public function
 that runs many forward passes: sweeps, knockout maps, patching, attribution, gate cycling, branch
-knockout, training) shows one `tqdm.auto` bar (a widget in Jupyter, text on stderr elsewhere)
-counting that call's units of work; `progress=False` prints nothing."""
+knockout, training) shows one bar counting that call's units of work; `progress=False` prints nothing.
+
+The bar is `tqdm.auto`'s (a widget in Jupyter) only where ipywidgets is installed: without it,
+`tqdm.auto` warns "IProgress not found" (a `TqdmWarning`, the first output of a notebook) before
+falling back to text; plain `tqdm` (text on stderr) is what it would fall back to, without the warning."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from tqdm.auto import tqdm
+import importlib.util
+
+if importlib.util.find_spec("ipywidgets") is not None:
+    from tqdm.auto import tqdm
+else:
+    from tqdm import tqdm
 
 
 def check_progress(progress: Any) -> bool:

@@ -30,12 +30,25 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from phaseinterp import catalog
 from phaseinterp.checkpoint import load as load_checkpoint
 from phaseinterp.checkpoint import read_metadata
 from phaseinterp.families import ModelFamily, family_of_model
+
+if TYPE_CHECKING:  # the types `load` returns, for a type checker only (importing them costs a second or more)
+    import torch
+
+    from phaseinterp.families.hf_causal_lm import HFCausalLM
+    from phaseinterp.model import HookedCompressedTransformer
+
+#: The shipped models a wheel carries that are ours (`catalog.json`'s core set): for a type checker,
+#: `load` of one of these names is a `HookedCompressedTransformer` (tests/test_typing.py keeps the list
+#: equal to the catalog's). Any other source is a `torch.nn.Module`.
+HookedName = Literal["deepseek-kernel", "full", "w4s4", "w4s4-seed1", "w4s4-uniform", "w8s4", "w8s8"]
+#: The core shipped HuggingFace model: it loads as an `HFCausalLM` (tokens -> logits; the HF model is its `.hf`).
+HFName = Literal["hf-deepseek-v4"]
 
 #: Where a training run keeps its checkpoints, and their names (N = step, zero-padded to 6 digits).
 RUN_CHECKPOINTS = "checkpoints"
@@ -85,8 +98,10 @@ class LoadedModel:
         return task if isinstance(task, dict) else {}
 
     def runnable(self) -> Any:
-        """What experiments run on: the model, or its backend where its family says so."""
-        return self.family.runnable(self.model)
+        """What experiments run on: the model's backend (`families.resolve.resolve_model`, the one decider)."""
+        from phaseinterp.families.resolve import resolve_model
+
+        return resolve_model(self.model)
 
 
 def read_card(path: str | os.PathLike) -> dict:
@@ -196,7 +211,15 @@ def is_name(source: str | os.PathLike) -> bool:
     return bool(text) and "/" not in text and os.sep not in text and not Path(text).suffix and text not in (".", "..")
 
 
-def load(source: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool = False):
+@overload
+def load(source: HookedName, device: str = "cpu", *, allow_nonfinite: bool = False) -> HookedCompressedTransformer: ...
+@overload
+def load(source: HFName, device: str = "cpu", *, allow_nonfinite: bool = False) -> HFCausalLM: ...
+@overload
+def load(source: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool = False) -> torch.nn.Module: ...
+
+
+def load(source: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: bool = False) -> torch.nn.Module:
     """The model of a source (`resolve_source(...).model`): a checkpoint written by `model.save(path)`,
     a training-run folder, a HuggingFace model folder or a shipped model's name (`phaseinterp.models()`). Checkpoints are verified on load (names,
     shapes, digest, finite weights unless `allow_nonfinite`; see `phaseinterp.checkpoint.load`).
@@ -211,5 +234,5 @@ def load(source: str | os.PathLike, device: str = "cpu", *, allow_nonfinite: boo
     return resolve_source(source, device, allow_nonfinite=allow_nonfinite).model
 
 
-__all__ = ["LoadedModel", "RUN_CHECKPOINTS", "checkpoint_path", "is_name", "latest_checkpoint", "list_checkpoints", "load",
+__all__ = ["HFName", "HookedName", "LoadedModel", "RUN_CHECKPOINTS", "checkpoint_path", "is_name", "latest_checkpoint", "list_checkpoints", "load",
            "check_card", "read_card", "resolve_source"]

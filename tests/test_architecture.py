@@ -14,9 +14,9 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 
 #: Lowest first. A module belongs to the floor of its longest matching prefix.
 FLOORS = [
-    ("core", ["phaseinterp", "phaseinterp._lazy", "phaseinterp.assets", "phaseinterp.catalog", "phaseinterp.config", "phaseinterp.family", "phaseinterp.gates",
+    ("core", ["phaseinterp", "phaseinterp._lazy", "phaseinterp.assets", "phaseinterp.config", "phaseinterp.family", "phaseinterp.gates",
               "phaseinterp.layouts", "phaseinterp.presets", "phaseinterp.progress", "phaseinterp.registry", "phaseinterp.units"]),
-    ("model", ["phaseinterp.model", "phaseinterp.checkpoint", "phaseinterp.checkpoint_io", "phaseinterp.convert",
+    ("model", ["phaseinterp.model", "phaseinterp.catalog", "phaseinterp.checkpoint", "phaseinterp.checkpoint_io", "phaseinterp.convert",
                "phaseinterp.families", "phaseinterp.sources", "phaseinterp.backends"]),
     ("tasks", ["phaseinterp.tasks"]),
     ("measure", ["phaseinterp.measure"]),

@@ -1,4 +1,4 @@
-"""Final-position knockout and patching through the decoding cache (`backends.decode_final`):
+"""Final-position knockout and patching through the decoding cache (`families.deepseek_v4.decode_final`):
 DeepSeek-V4 (sliding, CSA with the lightning indexer choosing among the prefix's entries, HCA) and
 DSA equal to one full forward per unit, with query positions where CSA and HCA windows close."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from phaseinterp.backends import DeepseekV4Backend
-from phaseinterp.backends.decode_final import tile_cache
+from phaseinterp.families.deepseek_v4.decode_final import tile_cache
 from phaseinterp.backends.tiny import tiny_deepseek_v4
 from phaseinterp.interventions import Pairing, activation_patching, head_units, knockout_logits, knockout_map
 from phaseinterp.tasks import RecordLookup

@@ -12,7 +12,7 @@ import torch
 
 import phaseinterp
 from phaseinterp import HookedCompressedTransformer, preset
-from phaseinterp.backends import HookedBackend, backend_for
+from phaseinterp.backends import Backend, HookedBackend, backend_for
 from phaseinterp.checkpoint_io import save_model
 from phaseinterp.cli import main
 from phaseinterp.config import ModelConfig
@@ -62,14 +62,18 @@ def _as_config(obj):
     return None
 
 
-def _backend(model, stride):
-    no_stride("a wrapped model", stride)
-    return HookedBackend(model.inner)
+class WrappedBackend(Backend):
+    """Runs a `Wrapped` as the model it holds (behind HookedBackend); the family's capabilities are
+    the defaults (no mitigations, compilation or DDP in the trainer)."""
+
+    @classmethod
+    def wrap(cls, model, stride=None):
+        no_stride("a wrapped model", stride)
+        return HookedBackend(model.inner)
 
 
-FAMILY = ModelFamily(name="test-wrapped", recognizes=lambda m: isinstance(m, Wrapped), backend=_backend,
-                     formats=(FORMAT,), as_config=_as_config, build=lambda cfg, seed: Wrapped(cfg, seed),
-                     runnable=lambda m: _backend(m, None), trainable=True)
+FAMILY = ModelFamily(name="test-wrapped", backend=WrappedBackend, recognizes=lambda m: isinstance(m, Wrapped),
+                     formats=(FORMAT,), as_config=_as_config, build=lambda cfg, seed: Wrapped(cfg, seed))
 
 
 @pytest.fixture
@@ -82,7 +86,7 @@ def wrapped_family():
 def test_a_registered_family_runs_end_to_end_through_the_registry(wrapped_family, tmp_path):
     cfg = WrappedConfig(preset("tiny-w4s4").replace(vocab_size=128))
     model = build_model(cfg, seed=0).eval()  # the family builds it from its config
-    assert isinstance(model, Wrapped) and family_of_model(model) is wrapped_family
+    assert isinstance(model, Wrapped) and family_of_model(model) is wrapped_family and wrapped_family.trainable
     path = model.save(tmp_path / "wrapped.safetensors")
     meta = phaseinterp.checkpoint.read_metadata(path)
     assert meta["format"] == FORMAT and meta["config"] == json.loads(json.dumps(cfg.to_dict()))

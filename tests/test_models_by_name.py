@@ -53,10 +53,13 @@ def test_load_by_name_matches_load_by_path():
     assert loaded.card["name"] == "zoo-w8s8-s0" and loaded.eval_task["n_records"] == 10
 
 
-def test_unknown_name_lists_the_names_and_suggests_the_nearest():
+def test_unknown_name_suggests_the_nearest_and_says_where_the_list_is():
     with pytest.raises(ValueError, match=r"model name 'w4s5' is unknown \(did you mean w4s4") as err:
         phaseinterp.load("w4s5")
-    assert "zoo-w8s8-s0" in str(err.value) and "phaseinterp.models()" in str(err.value)
+    # the nearest names only: the other hundred are `phaseinterp models --all`, not a wall of text here
+    assert "zoo-w8s8-s0" not in str(err.value) and "deepseek-kernel" not in str(err.value)
+    assert f"one of the {len(catalog.models())} shipped model names" in str(err.value)
+    assert "phaseinterp models --all" in str(err.value) and "phaseinterp.models()" in str(err.value)
     with pytest.raises(FileNotFoundError, match="no checkpoint at 'missing.safetensors'.*shipped model name"):
         phaseinterp.load("missing.safetensors")  # a path, not a name
 
@@ -121,7 +124,7 @@ def test_the_verbs_take_names(tmp_path, capsys):
 
 def test_reproduce_reads_the_assets_folders():
     from phaseinterp.commands.reproduce import ASSETS
-    from phaseinterp.report import zoo
+    from experiments.zoo import section as zoo
 
     assert ASSETS == ROOT / "assets" / "checkpoints"  # from a checkout
     assert zoo.RESULTS == ROOT / "assets" / "results" / "zoo.json"
@@ -129,10 +132,13 @@ def test_reproduce_reads_the_assets_folders():
 
 
 def test_models_verb_lists_the_names(only_home, capsys):
+    n = len(catalog.models())
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == f"{len(catalog.models()) - 1} not installed here: get them from {assets.SOURCE}"
-    assert [line for line in lines if line.endswith("[installed]")] == [str(catalog.model_info("w4s4"))]
+    assert lines[-1] == (f"{n} shipped models, 1 installed here; the other {n - 1} from {assets.SOURCE} "
+                         "(`phaseinterp models --all` describes each)")
+    assert lines[:3] == ["installed (1):", "  core:", f"    {catalog.model_info('w4s4')}"]
+    assert [line for line in lines if line.endswith("[installed]")] == [f"    {catalog.model_info('w4s4')}"]
     assert main(["models", "--installed", "--json"]) == 0
     (w4s4,) = json.loads(capsys.readouterr().out)
     assert w4s4["name"] == "w4s4" and w4s4["installed"] and w4s4["task"]["n_records"] == 10

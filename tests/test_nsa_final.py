@@ -1,4 +1,4 @@
-"""NSA's final-position path (`backends.nsa_final`): knockout and patching equal to one full forward
+"""NSA's final-position path (`families.nsa.final`): knockout and patching equal to one full forward
 per unit for several compression / selection geometries, rows at different query positions."""
 
 import dataclasses

@@ -27,11 +27,11 @@ KILLER = ("import sys\nmode, k, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3
 
 VERBS = {
     # a model whose correctness varies from example to example and from head to head (a unit taken
-    # from the wrong place would show); 32 rows in minibatches of 4: 8 units
-    "sweep": (["sweep", "zoo-csa-s1", "--n-per-residue", "8", "--batch-size", "4", "--n-boot", "50", "--n-perm", "50",
+    # from the wrong place would show); 32 rows in minibatches of 4: 8 units (mod 4, not the card's 8: half the rows)
+    "sweep": (["sweep", "zoo-csa-s1", "--modulus", "4", "--n-per-residue", "8", "--batch-size", "4", "--n-boot", "50", "--n-perm", "50",
                "--no-progress"], 8, ["curve.json", "curve.csv"]),
     # 8 query heads, one per forward (--max-rows 1): 8 units, then 8 of each patching map
-    "knockout": (["knockout", "zoo-csa-s1", "--n-per-residue", "4", "--level", "head", "--max-rows", "1", "--n-boot", "50",
+    "knockout": (["knockout", "zoo-csa-s1", "--modulus", "4", "--n-per-residue", "4", "--level", "head", "--max-rows", "1", "--n-boot", "50",
                   "--patching"], 24,
                  ["summary.json", "knockout_map.json", "knockout_map.csv", "clean_curve.json", "patch_mapping.json",
                   "patch_mapping.csv", "patch_phase.json", "patch_phase.csv"]),

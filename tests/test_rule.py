@@ -292,24 +292,6 @@ def test_absolute_knockout_change_is_defined_at_weak_residues_and_matches_the_ac
         knockout_map(model, batch, calib, n_boot=5, change="ratio")
 
 
-def test_the_zoo_section_summarizes_members_across_seeds_from_the_member_table(tmp_path):
-    from phaseinterp.report.zoo import MEMBERS, SEEDS, zoo_section
-
-    if not (SEEDS.is_file() and MEMBERS.is_file()):
-        pytest.skip("no table of further seeds or member table shipped")
-    members = json.loads(MEMBERS.read_text())["members"]
-    section = zoo_section()
-    assert len(section.tables) == 3 and "Seeds that learned in either padding protocol" in section.text
-    first = section.tables[0]
-    assert list(zip(first["member"], first["padding"])) == [(m["member"], m["protocol"]) for m in members]
-    assert (first["seeds"] == [m["n_seeds"] for m in members]).all()
-    for m in members:  # the shares in the sentence are the member table's, once per member
-        s = m["learned_any_protocol"]
-        assert section.text.count(f"{m['member']} {s['learned']} of {s['seeds']} [") == 1
-    assert section.tables[2]["model"].str.endswith(("-s2", "-s3")).all()
-    assert len(zoo_section(seeds=tmp_path / "none.json", members=tmp_path / "none.json").tables) == 1
-
-
 def _haystack_keys(batch, mix: Mixture):
     """Per lookup row: (positions of its haystack keys, the row's tokens, its demonstrations)."""
     tok = batch.tokens.numpy()

@@ -87,3 +87,36 @@ def test_mypy_accepts_a_usage_file_of_the_public_api(tmp_path):
     unresolved = [line for line in out if re.search(r"\[(attr-defined|name-defined|import-not-found|import-untyped)\]", line)]
     assert not unresolved, "\n".join(unresolved)
     assert not [line for line in out if ": error:" in line], "\n".join(out)
+
+
+def test_load_is_typed_by_name_and_a_wrong_assignment_fails(tmp_path):
+    """`phaseinterp.load` of a core shipped name is the model class it loads as; any other source is a
+    `torch.nn.Module`, never `Any`, so assigning it to the wrong type is a mypy error."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import phaseinterp\n"
+                     "reveal_type(phaseinterp.load('w4s4'))\n"
+                     "reveal_type(phaseinterp.load('hf-deepseek-v4'))\n"
+                     "reveal_type(phaseinterp.load('runs/mine'))\n"
+                     "reveal_type(phaseinterp.models())\n"
+                     "bad: int = phaseinterp.load('w4s4')\n"
+                     "worse: str = phaseinterp.load('runs/mine')\n")
+    out = mypy(tmp_path, probe)
+    revealed = [m[1] for line in out if (m := re.search(r'Revealed type is "(.*)"', line))]
+    assert revealed == ["phaseinterp.model.transformer.HookedCompressedTransformer",
+                        "phaseinterp.families.hf_causal_lm.HFCausalLM", "torch.nn.modules.module.Module",
+                        "list[phaseinterp.catalog.ModelInfo]"], "\n".join(out)
+    errors = [line for line in out if ": error:" in line]
+    assert [int(e.split(":")[1]) for e in errors] == [6, 7], "\n".join(out)
+    assert all("Incompatible types in assignment" in e and e.endswith("[assignment]") for e in errors), "\n".join(errors)
+
+
+def test_the_typed_names_are_the_catalogs_core_set():
+    """`HookedName` / `HFName` (phaseinterp/sources.py) list the wheel's shipped models by what they load as."""
+    from typing import get_args
+
+    from phaseinterp import catalog
+    from phaseinterp.sources import HFName, HookedName
+
+    core = {m.name: m.config for m in catalog.models() if m.core}
+    assert set(get_args(HookedName)) == {n for n, c in core.items() if not c.startswith(("HF ", "NSA"))}
+    assert set(get_args(HFName)) == {n for n, c in core.items() if c.startswith("HF ")}

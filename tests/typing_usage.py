@@ -29,6 +29,8 @@ def quickstart(path: str) -> PhaseCurve:
 
 def the_other_names() -> None:
     model = HookedCompressedTransformer(phaseinterp.preset("tiny-w4s4"))
+    shipped: HookedCompressedTransformer = phaseinterp.load("w4s4")  # a core shipped name: its class
+    print(shipped.cfg.strides)
     config: ModelConfig = preset("tiny-w4s4")
     print(model.cfg, config, load, phaseinterp.__version__, phaseinterp.PRESETS, phaseinterp.head_units)
     model_cfg, train_cfg = recipe("w4s4")

@@ -27,7 +27,6 @@
 # trained the same way. Everything runs on CPU in a few seconds.
 
 # %%
-import json
 from pathlib import Path
 
 import torch
@@ -37,22 +36,21 @@ torch.set_num_threads(1)  # tiny models on a few cores: one thread is much faste
 import phaseinterp
 from phaseinterp.measure import phase_sweep
 from phaseinterp.plot import phase_figure
+from phaseinterp.sources import resolve_source
 from phaseinterp.tasks import RecordLookup
-
-# the shipped checkpoints live in the repository next to the package (editable install)
-CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"
 
 # %% [markdown]
 # ## Load a checkpoint and its card
 #
-# `phaseinterp.load` reads a safetensors checkpoint (the model config travels in its metadata) and
-# returns a `HookedCompressedTransformer`. Each shipped checkpoint has a JSON card next to it with
-# the training recipe, timings and the **matched evaluation task** (`data.eval_task`).
+# `phaseinterp.load("w4s4")` loads a shipped model by name (`phaseinterp.models()` lists them; the
+# wheel carries this one) and returns a `HookedCompressedTransformer`; it also takes a path to a
+# safetensors checkpoint (the model config travels in its metadata). Each shipped checkpoint has a
+# JSON card with the training recipe, timings and the **matched evaluation task**
+# (`data.eval_task`); `resolve_source` returns the model and its card together.
 
 # %%
-path = CHECKPOINTS / "w4s4.safetensors"
-model = phaseinterp.load(path)
-card = json.loads(path.with_suffix(".json").read_text())
+model = phaseinterp.load("w4s4")
+card = resolve_source("w4s4").card
 
 print(f"{card['name']}: {card['n_parameters']:,} parameters, {card['steps']} steps, "
       f"trained in {card['wall_time_s']:.0f} s on CPU")
@@ -96,7 +94,7 @@ curve.to_pandas()[["residue", "phase", "n", "accuracy", "boot_lo", "boot_hi"]]
 # so its curve is tested for the same period).
 
 # %%
-full = phaseinterp.load(CHECKPOINTS / "full.safetensors")
+full = phaseinterp.load("full")
 full_curve = phase_sweep(full, batch, period=4, progress=False, label="full attention")
 print(full_curve)
 

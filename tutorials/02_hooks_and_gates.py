@@ -26,8 +26,6 @@
 # with the model).
 
 # %%
-from pathlib import Path
-
 import torch
 
 torch.set_num_threads(1)
@@ -37,8 +35,7 @@ from phaseinterp.analysis import gate_profiles, gate_statistics, pattern_by_toke
 from phaseinterp.model import key_positions
 from phaseinterp.tasks import RecordLookup
 
-CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"
-model = phaseinterp.load(CHECKPOINTS / "w4s4.safetensors")
+model = phaseinterp.load("w4s4")  # a shipped model by name
 task = RecordLookup(vocab_size=256, n_records=10, n_demos=6, seq_len=64)  # the card's eval task
 batch = task.sample(16, modulus=8, seed=0)
 

@@ -42,9 +42,8 @@ from phaseinterp.interventions import knockout, knockout_map, planted_model
 from phaseinterp.plot import map_figure
 from phaseinterp.tasks import RecordLookup
 
-CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"
-w4s4 = phaseinterp.load(CHECKPOINTS / "w4s4.safetensors")
-full = phaseinterp.load(CHECKPOINTS / "full.safetensors")
+w4s4 = phaseinterp.load("w4s4")
+full = phaseinterp.load("full")
 
 task = RecordLookup(vocab_size=256, n_records=10, n_demos=6, seq_len=64)
 batch = task.sample(32, modulus=8, seed=0)

@@ -38,7 +38,6 @@
 
 # %%
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -52,8 +51,7 @@ from phaseinterp.measure import phase_sweep
 from phaseinterp.plot import attribution_scatter, cycling_figure, map_figure
 from phaseinterp.tasks import RecordLookup
 
-CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"
-model = phaseinterp.load(CHECKPOINTS / "w4s4.safetensors")
+model = phaseinterp.load("w4s4")
 task = RecordLookup(vocab_size=256, n_records=10, n_demos=6, seq_len=64)
 batch = task.sample(32, modulus=8, seed=0)
 

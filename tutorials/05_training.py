@@ -39,11 +39,11 @@ import torch
 torch.set_num_threads(1)
 
 import phaseinterp
+from phaseinterp.assets import asset  # shipped files by name: the wheel's package data or a checkout's assets/
 from phaseinterp.measure import phase_sweep
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train import RECIPES, Mixture, TrainConfig, recipe, train
 
-CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"
 
 # %% [markdown]
 # ## The recipes behind the shipped checkpoints
@@ -101,10 +101,11 @@ print(short_curve)
 #
 # ## How the shipped W4/S4 learned
 #
-# Its training log and seven intermediate checkpoints ship with it (`assets/checkpoints/w4s4/`).
+# Its training log and seven intermediate checkpoints ship with it (in the wheel too; `asset(...)`
+# finds them wherever phaseinterp is installed).
 
 # %%
-log = pd.read_json(CHECKPOINTS / "w4s4.metrics.jsonl", lines=True)
+log = pd.read_json(asset("checkpoints/w4s4.metrics.jsonl"), lines=True)
 fig = go.Figure([go.Scatter(x=log.step, y=log.loss, name="loss"),
                  go.Scatter(x=log.step, y=log.lookup_acc, name="lookup accuracy (train)", yaxis="y2")])
 fig.update_layout(title="shipped W4/S4 run", xaxis_title="step", yaxis_title="loss",
@@ -116,9 +117,9 @@ fig
 # Sweeping each intermediate checkpoint on the card's evaluation task shows the phase curve form:
 
 # %%
-card = json.loads((CHECKPOINTS / "w4s4.json").read_text())
+card = json.loads(asset("checkpoints/w4s4.json").read_text())
 batch = RecordLookup(**card["data"]["eval_task"]).sample(16, modulus=8, seed=0)
-paths = sorted((CHECKPOINTS / "w4s4").glob("step_*.safetensors")) + [CHECKPOINTS / "w4s4.safetensors"]
+paths = sorted(asset("checkpoints/w4s4").glob("step_*.safetensors")) + [asset("checkpoints/w4s4.safetensors")]
 rows = []
 for p in paths:
     c = phase_sweep(phaseinterp.load(p), batch, progress=False, n_boot=200, n_perm=200)

@@ -38,7 +38,6 @@
 # %%
 import beartype  # noqa: F401  (before nnsight)
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -56,7 +55,6 @@ from phaseinterp.plot import flip_figure
 from phaseinterp.measure import phase_sweep
 from phaseinterp.tasks import RecordLookup
 
-CHECKPOINTS = Path(phaseinterp.__file__).resolve().parents[1] / "assets" / "checkpoints"
 
 # %% [markdown]
 # ## Three models, three backends
@@ -72,7 +70,7 @@ tokenizer = word_tokenizer()  # offline word-level tokenizer
 models = {
     "deepseek-v4 (tiny, random)": (tiny_deepseek_v4(), None, deepseek_niah(tokenizer, 128)),
     "qwen3 (tiny, random)": (tiny_qwen3(), 4, deepseek_niah(tokenizer, 128)),
-    "w4s4 (ours, trained)": (phaseinterp.load(CHECKPOINTS / "w4s4.safetensors"), None,
+    "w4s4 (ours, trained)": (phaseinterp.load("w4s4"), None,
                              RecordLookup(vocab_size=256, n_records=10, n_demos=6, seq_len=64)),
 }
 backends = {}
@@ -183,7 +181,7 @@ assert np.array_equal(after.accuracy, results["w4s4 (ours, trained)"][0].accurac
 # %%
 import nnsight
 
-plain = phaseinterp.load(CHECKPOINTS / "w4s4.safetensors")  # a fresh copy, not behind a backend
+plain = phaseinterp.load("w4s4")  # a fresh copy, not behind a backend
 nn_ours = nnsight.NNsight(plain)
 toks = ours_batch.tokens[:4]
 with nn_ours.trace(toks):

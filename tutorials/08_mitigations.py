@@ -24,7 +24,6 @@
 
 # %%
 import json
-from pathlib import Path
 
 import torch
 
@@ -34,16 +33,13 @@ import numpy as np
 import pandas as pd
 
 import phaseinterp
+from phaseinterp.assets import asset  # shipped files by name: the wheel's package data or a checkout's assets/
 from phaseinterp import CompressionConfig
 from phaseinterp.measure import phase_sweep
 from phaseinterp.plot import memory_figure
-from phaseinterp.train.variants import VARIANTS, entries_per_token
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.mitigation import Mitigation, coverage_penalty, recorded_key_gates, shifted_grid
 
-ROOT = Path(phaseinterp.__file__).resolve().parents[1]
-CHECKPOINTS = ROOT / "assets" / "checkpoints"
-RESULTS = ROOT / "assets" / "results" / "mitigations"
 
 # %% [markdown]
 # ## Weak phases move with the grid
@@ -53,8 +49,8 @@ RESULTS = ROOT / "assets" / "results" / "mitigations"
 # unshifted model becomes residue `r` of the shifted one.
 
 # %%
-model = phaseinterp.load(CHECKPOINTS / "w4s4.safetensors").eval()
-card = json.loads((CHECKPOINTS / "w4s4.json").read_text())
+model = phaseinterp.load("w4s4").eval()
+card = json.loads(asset("checkpoints/w4s4.json").read_text())
 batch = RecordLookup(**card["data"]["eval_task"]).sample(16, modulus=8, seed=0)
 rows = {}
 for o in range(4):
@@ -74,11 +70,14 @@ for o in (1, 2, 3):
 # by S/k, each with its own gates (k/S entries per token), and overlapping windows are `window >
 # stride`. Training-time options live in `TrainConfig(mitigation=Mitigation(...))`.
 
+# %% [markdown]
+# The equal-budget study below (`experiments/mitigations/variants.py` in the repository) compares
+# these variants, each differing from the W4/S4 baseline in one option:
+
 # %%
-for name, v in VARIANTS.items():
-    model_cfg, tcfg = v.configs(seed=0)
-    print(f"{name:15s} entries/token {entries_per_token(model_cfg):.3f}  mitigation {tcfg.mitigation}  "
-          f"- {v.description}")
+variants = json.loads(asset("results/mitigations/mitigations.json").read_text())["variants"]
+for name, description in variants.items():
+    print(f"{name:15s} - {description}")
 
 # %%
 multi = CompressionConfig(window=4, stride=4, chunkings=2)
@@ -103,7 +102,7 @@ print(Mitigation(coverage_weight=0.1, entropy_weight=0.1))
 # `assets/results/mitigations/`.
 
 # %%
-data = json.loads((RESULTS / "mitigations.json").read_text())
+data = json.loads(asset("results/mitigations/mitigations.json").read_text())
 summary = pd.DataFrame(data["summary"])
 summary[["variant", "mean", "worst", "gap_pp", "gap_min", "gap_max", "entries_per_token", "gap_reduction_pp"]].round(3)
 

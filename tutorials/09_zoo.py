@@ -25,10 +25,15 @@
 # This notebook reads the table, then asks the paper's mechanistic question on the W8/S8 model
 # with **four KV heads**: which KV head owns which phase, are the phases no head owns the weak
 # ones, and do two seeds put their weak phases in the same place?
+#
+# **Needs more than the wheel**: the zoo's checkpoints (`zoo-w8s8-kv4-s0`, `-s1`) are not in the
+# wheel (`phaseinterp models --all` marks what is installed). Run from a git checkout of phaseinterp,
+# or point `PHASEINTERP_HOME` at a checkout's `assets/` folder
+# (`PHASEINTERP_HOME=/path/to/phaseinterp/assets jupyter lab`); the zoo table (`zoo.json`) ships in
+# the wheel.
 
 # %%
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -43,8 +48,7 @@ from phaseinterp.plot import map_figure
 from phaseinterp.tasks import RecordLookup
 from phaseinterp.train.rule import rule_recipe
 
-ROOT = Path(phaseinterp.__file__).resolve().parents[1]
-ZOO_DIR = ROOT / "assets" / "checkpoints" / "zoo"
+from phaseinterp.assets import asset  # shipped files by name: the wheel's package data or a checkout's assets/
 
 model_cfg, tcfg = rule_recipe(6, 6)  # a stride that is not in the zoo: same rule
 print(model_cfg.compression(0).window, model_cfg.d_head, tcfg.steps, tcfg.mixture.seq_len)
@@ -57,7 +61,7 @@ print(model_cfg.compression(0).window, model_cfg.d_head, tcfg.steps, tcfg.mixtur
 # smallest period whose harmonics carry 90% of its spectral power) and the permutation verdict.
 
 # %%
-rows = pd.DataFrame(json.loads((ROOT / "assets" / "results" / "zoo.json").read_text())["rows"])
+rows = pd.DataFrame(json.loads(asset("results/zoo.json").read_text())["rows"])
 print(sorted(rows.member.unique()))  # the members (experiments/zoo/members.py: their rule arguments)
 rows[["model", "protocol", "modulus", "learned", "mean", "worst", "gap_pp", "best_residue", "dominant_period",
       "verdict"]].round(3)
@@ -78,10 +82,7 @@ calib = task.sample(48, modulus=16, seed=0, split="calibration")
 
 maps, curves = {}, {}
 for seed in (0, 1):
-    path = ZOO_DIR / f"zoo-w8s8-kv4-s{seed}.safetensors"
-    if not path.is_file():
-        continue
-    model = phaseinterp.load(path)
+    model = phaseinterp.load(f"zoo-w8s8-kv4-s{seed}")  # not in the wheel: see the first cell
     curves[seed] = phase_sweep(model, batch, period=8, n_boot=200, n_perm=200, progress=False)
     maps[seed] = knockout_map(model, batch, calib, change="absolute", n_boot=200, label=f"w8s8-kv4 seed {seed}")
     print(f"seed {seed}: clean accuracy by residue", np.round(100 * curves[seed].accuracy).astype(int))

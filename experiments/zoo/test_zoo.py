@@ -131,7 +131,7 @@ def test_shipped_zoo_checkpoints_are_the_rule_configs_their_cards_name():
 
 
 def test_report_names_the_aligned_start_of_exactly_the_members_the_rule_aligns():
-    from phaseinterp.report.zoo import RESULTS, zoo_section
+    from experiments.zoo.section import RESULTS, zoo_section
 
     if not RESULTS.is_file():
         pytest.skip("no zoo table shipped")
@@ -191,3 +191,21 @@ def test_the_heads_study_maps_each_seed_and_names_owners_and_weak_residues(tmp_p
     assert sorted(p.name for p in (tmp_path / "zoo_heads").iterdir()) == [
         "zoo-w8s8-kv4-s0.csv", "zoo-w8s8-kv4-s0.html", "zoo-w8s8-kv4-s0.json"]
     assert heads([*argv[:3], "7", *argv[4:]]) == 1  # no shipped seed 7: nothing to do
+
+
+def test_the_zoo_section_summarizes_members_across_seeds_from_the_member_table(tmp_path):
+    from experiments.zoo.section import MEMBERS, SEEDS, zoo_section
+
+    if not (SEEDS.is_file() and MEMBERS.is_file()):
+        pytest.skip("no table of further seeds or member table shipped")
+    members = json.loads(MEMBERS.read_text())["members"]
+    section = zoo_section()
+    assert len(section.tables) == 3 and "Seeds that learned in either padding protocol" in section.text
+    first = section.tables[0]
+    assert list(zip(first["member"], first["padding"])) == [(m["member"], m["protocol"]) for m in members]
+    assert (first["seeds"] == [m["n_seeds"] for m in members]).all()
+    for m in members:  # the shares in the sentence are the member table's, once per member
+        s = m["learned_any_protocol"]
+        assert section.text.count(f"{m['member']} {s['learned']} of {s['seeds']} [") == 1
+    assert section.tables[2]["model"].str.endswith(("-s2", "-s3")).all()
+    assert len(zoo_section(seeds=tmp_path / "none.json", members=tmp_path / "none.json").tables) == 1

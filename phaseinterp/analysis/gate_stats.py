@@ -1,4 +1,4 @@
-"""Gate statistics (PAPER.md section 4): how concentrated each compression gate is, statically
+"""Gate statistics (docs/paper.md, the mechanism): how concentrated each compression gate is, statically
 and per window, which phases it weighs, and how both evolve over training checkpoints.
 
 For one gate (layer, branch, KV head; each channel of a vector gate separately, then averaged),

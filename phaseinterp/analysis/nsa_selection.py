@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from phaseinterp.families.resolve import resolve_model
 from phaseinterp.tasks import PhaseBatch
 
 
@@ -59,12 +60,15 @@ def selection_frequency(model, batch: PhaseBatch, *, layer: int, span: int = 4, 
     Raises:
         ValueError: a model without a selection branch hook, or a layer out of range.
     """
-    if not getattr(model, "is_nsa", False):
-        raise ValueError(f"model of type {type(model).__name__} is invalid: allowed an NSATransformer")
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.cfg.n_layers:
-        raise ValueError(f"layer={layer!r} is invalid: allowed 0..{model.cfg.n_layers - 1}")
-    c = model.cfg
-    B, R = c.selection_block, batch.modulus
+    backend = resolve_model(model, require=True)
+    B, R = backend.selection_block(), batch.modulus
+    if B is None:
+        raise ValueError(f"model {backend.describe()} is invalid: allowed an NSATransformer (a model whose backend "
+                         "has a block-selection branch)")
+    n_layers = backend.cfg.n_layers
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer={layer!r} is invalid: allowed 0..{n_layers - 1}")
+    model = backend.module()
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

@@ -132,6 +132,91 @@ class Backend(TLCompat):
         """The offset bias of the gate logits, [chunking * W, kv_head, channel], or None."""
         raise ValueError(f"layer {layer} has no compressor")
 
+    # ---- what a model family's models can do (asked through `ModelFamily.backend_class()`) -----
+    @classmethod
+    def wrap(cls, model: Any, stride: int | None = None) -> "Backend":
+        """The backend of one of the family's models (`families.backend_of`). `stride`: the period
+        to test, for models without compressors; here refused (the strides come from the config)."""
+        if stride is not None:
+            raise ValueError(f"stride={stride} is invalid for {cls.__name__}: allowed None (its strides come from "
+                             "its config)")
+        return cls(model)
+
+    @classmethod
+    def trains_with_mitigations(cls) -> bool:
+        """Training-time mitigations (`train.mitigations`) act on the model's compressors."""
+        return False
+
+    @classmethod
+    def trains_compiled(cls) -> bool:
+        """The trainer may `torch.compile` the model's forward."""
+        return False
+
+    @classmethod
+    def trains_data_parallel(cls) -> bool:
+        """The trainer may run the model with DDP."""
+        return False
+
+    @classmethod
+    def unembeds_at(cls) -> bool:
+        """The model's forward takes `at=` (a mask of positions to unembed), so a training step
+        computes the logits of the target positions only."""
+        return False
+
+    @classmethod
+    def hf_model_types(cls) -> tuple[str, ...]:
+        """HuggingFace `model_type`s whose configs this backend's family describes (its HF flavours)."""
+        return ()
+
+    @classmethod
+    def hf_layer_strides(cls, hf_config: Any) -> tuple[int | None, ...] | None:
+        """Per-layer compressor stride (None: no compressor) of an HF config of those model types."""
+        return None
+
+    @classmethod
+    def describe_hf(cls, hf_config: dict) -> str | None:
+        """One line of such an HF config's attention schedule (None: nothing beyond the class name)."""
+        return None
+
+    @classmethod
+    def describe_card(cls, model_config: dict) -> list[str]:
+        """Phrases describing a stored model config of the family (the catalog's one line, before the
+        parameter count); here the class name only."""
+        return [cls.__name__]
+
+    @classmethod
+    def describe_hf_layers(cls, hf_config: dict) -> str | None:
+        """The catalog's phrase for the layers of such an HF config (None: each layer type with its
+        compress rate)."""
+        return None
+
+    @classmethod
+    def prepare_hf_training(cls, hf_model: Any) -> None:
+        """Called when the trainer's `HFCausalLM` wraps such an HF model (DSA: the indexer's loss hooks)."""
+
+    # ---- what a sweep asks of what it runs (`families.resolve.runner`) -------------------------
+    def module(self) -> torch.nn.Module:
+        """The torch module whose weights run (eval mode during sweeps, journal fingerprints)."""
+        return self.model
+
+    def sweep_device(self, device: torch.device | str | None = None) -> torch.device:
+        """The device a sweep records (its journal key): `device`, else "cpu" (a backend moves its
+        inputs to its model itself)."""
+        return torch.device(device) if device is not None else torch.device("cpu")
+
+    def period(self) -> int | None:
+        """The period of the phase effect (`period_of` the strides), None without compressed layers."""
+        return self.cfg.residue_modulus
+
+    def model_class(self) -> str:
+        """The wrapped model's class name, as results record it."""
+        return self.cfg.model_class
+
+    def selection_block(self) -> int | None:
+        """Tokens per block of a block-selection branch (NSA's `select`, read by
+        `analysis.nsa_selection`), or None when the model selects no blocks."""
+        return None
+
     # ---- what the interventions ask of every backend (`HookedBackend` overrides them) ----------
     def describe(self) -> str:
         """Short name of what runs, e.g. "DeepseekV4Backend(DeepseekV4ForCausalLM)"."""

@@ -1,4 +1,5 @@
-"""Pick the backend for a model, and the documented path to real checkpoints (`from_pretrained`)."""
+"""The documented path to real checkpoints (`load_pretrained`); `backend_for` (re-exported) lives in
+`phaseinterp.families.resolve`, which decides what every model runs on."""
 
 from __future__ import annotations
 
@@ -7,23 +8,7 @@ from typing import Any
 import torch
 
 from phaseinterp.backends.base import Backend
-from phaseinterp.families import backend_of
-
-
-def backend_for(model: Any, stride: int | None = None) -> Backend:
-    """The backend that fits `model`, chosen by its family (`phaseinterp.families`: our
-    `HookedCompressedTransformer`, an `NSATransformer`, a trainer-written `HFCausalLM`, HF
-    DeepSeek-V4, a training-free compressed HF model, or any HF causal LM; `stride`: the period to
-    test, only for models without compressors). A backend is returned as is.
-
-    Example:
-        >>> from phaseinterp import HookedCompressedTransformer, preset
-        >>> backend_for(HookedCompressedTransformer(preset("tiny-w4s4"), seed=0)).cfg.strides
-        (4,)
-    """
-    if isinstance(model, Backend):
-        return model
-    return backend_of(model, stride)
+from phaseinterp.families.resolve import backend_for  # the one decider; re-exported here
 
 
 def load_pretrained(name_or_path: str, *, dtype: torch.dtype | str = torch.bfloat16, device_map: Any = "auto",

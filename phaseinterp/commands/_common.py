@@ -21,13 +21,20 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_task_args(p: argparse.ArgumentParser, n_per_residue: int = 32) -> None:
-    from phaseinterp.tasks.names import PROTOCOLS, VARIANTS
+    from phaseinterp.tasks.names import BUILTIN_TASKS, PROTOCOLS, VARIANTS
 
-    p.add_argument("--modulus", type=int, help="residue modulus R (default: lcm of the model's strides)")
+    p.add_argument("--modulus", type=int, help="residue modulus R (default: the one its card's phase curve used, else lcm of the model's strides)")
     p.add_argument("--n-per-residue", type=int, default=n_per_residue,
                    help=f"logical examples per residue (default {n_per_residue})")
     p.add_argument("--protocol", choices=PROTOCOLS, help="padding protocol (default: the card's, else prefix)")
-    p.add_argument("--task", choices=list(VARIANTS), default="lookup", help="task variant (default lookup)")
+    p.add_argument("--task", metavar="NAME",
+                   help="the task: a record-lookup variant (" + ", ".join(VARIANTS) + "), a registered task ("
+                        + ", ".join(BUILTIN_TASKS) + ", or one added with phaseinterp.tasks.register_task) or an "
+                        "import path module:Attr of a Task class, factory or instance (default: the card's task, "
+                        "else lookup)")
+    p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the task (repeatable; VALUE read as JSON when it parses, else as text), "
+                        "e.g. --task induction --task-option seq_len=96 --task-option vocab=[10,500]")
     p.add_argument("--n-records", type=int, help="records per prompt (default: the card's, else 64)")
     p.add_argument("--n-demos", type=int, help="demonstrations per prompt (default: the card's, else 8)")
     p.add_argument("--seq-len", type=int, help="prompt length (default: the card's, else the shortest that fits)")
@@ -90,6 +97,14 @@ def card_task(args: argparse.Namespace) -> dict[str, Any]:
     return task or {}
 
 
+def _card_modulus(args: argparse.Namespace) -> int | None:
+    """The residue modulus of the card's phase curve (`phase_curve.task.modulus`), or None."""
+    loaded = getattr(args, "loaded", None)
+    card = (loaded.card if loaded is not None else None) or {}
+    modulus = (card.get("phase_curve") or {}).get("task", {}).get("modulus")
+    return modulus if isinstance(modulus, int) and modulus > 0 else None
+
+
 def check_device(device: str) -> None:
     """Refuse a device this machine does not have, naming what it has."""
     import torch
@@ -140,14 +155,36 @@ def model_label(args: argparse.Namespace) -> str:
         f"{args.preset} (seed {args.seed})"
 
 
+def task_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`--task-option KEY=VALUE` pairs as a dict (values parsed as JSON when they parse)."""
+    import json
+
+    out: dict[str, Any] = {}
+    for item in getattr(args, "task_option", None) or []:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--task-option {item!r} is invalid: allowed KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(text)
+        except ValueError:
+            out[key.strip()] = text
+    return out
+
+
 def make_task(args: argparse.Namespace, model):
     """(task, modulus) from the arguments, defaults from the checkpoint's card (its matched
     evaluation task: vocabulary split, records, demonstrations, length) when there is one;
-    raises ValueError when the prompts do not fit."""
-    from phaseinterp.tasks import RecordLookup, default_modulus
+    raises ValueError when the prompts do not fit. `--task` names a record-lookup variant (the
+    historical path, unchanged), or any task of the protocol (`phaseinterp.tasks.make_task`: a
+    registered name or module:Attr) built with `--task-option`s over the card's options."""
+    from phaseinterp.tasks import default_modulus
+    from phaseinterp.tasks.names import VARIANTS
 
     cfg = model.cfg
-    if args.modulus is None:
+    measured = _card_modulus(args)  # the modulus the card's phase curve was measured at (models, the API example)
+    if args.modulus is None and measured:
+        modulus = measured
+    elif args.modulus is None:
         try:
             modulus = default_modulus(cfg.strides)
         except ValueError:
@@ -155,18 +192,41 @@ def make_task(args: argparse.Namespace, model):
     else:
         modulus = args.modulus
     card = card_task(args)
+    options = task_options(args)
+    name = args.task if args.task is not None else card.get("task", "lookup")
+    if name in VARIANTS or name == "record_lookup":
+        return _record_lookup(args, cfg, card, options, name if name in VARIANTS else options.pop("variant", "lookup"),
+                              modulus), modulus
+    from phaseinterp.tasks import make_task as build
+
+    own = card if card.get("task") == name else {}  # the card's options describe this task
+    given = {k: getattr(args, k) for k in ("n_records", "n_demos", "protocol", "seq_len") if getattr(args, k) is not None}
+    task = build(name, **{**{k: v for k, v in own.items() if k != "task"}, **given, **options})
+    seq_len = task.sample(1, modulus, seed=args.task_seed).tokens.shape[1]
+    if seq_len > cfg.n_ctx:
+        raise ValueError(f"prompts of {seq_len} tokens exceed the model's n_ctx={cfg.n_ctx}; choose a shorter task")
+    args.task_kwargs = {**task.card(), "from_card": bool(own)}
+    return task, modulus
+
+
+def _record_lookup(args: argparse.Namespace, cfg, card: dict[str, Any], options: dict[str, Any], variant: str,
+                   modulus: int):
+    """The record lookup of `--task VARIANT`, defaults from the card (the historical `make_task`)."""
+    from phaseinterp.tasks import RecordLookup
+
     pick = lambda name, default: getattr(args, name) if getattr(args, name) is not None else card.get(name, default)  # noqa: E731
     kwargs = dict(vocab_size=card.get("vocab_size", cfg.vocab_size), n_records=pick("n_records", 64),
                   n_demos=pick("n_demos", 8), protocol=pick("protocol", "prefix"), seq_len=pick("seq_len", None))
+    kwargs.update(options)
     if kwargs["vocab_size"] > cfg.vocab_size:
         raise ValueError(f"card vocab_size={kwargs['vocab_size']} exceeds the model's {cfg.vocab_size}")
-    task = RecordLookup.variant(args.task, **kwargs)
+    task = RecordLookup.variant(variant, **kwargs)
     seq_len = task.geometry(modulus).seq_len
     if seq_len > cfg.n_ctx:
         raise ValueError(f"prompts of {seq_len} tokens exceed the model's n_ctx={cfg.n_ctx}; "
                          "lower --n-records, --n-demos or --modulus")
-    args.task_kwargs = {**kwargs, "variant": args.task, "from_card": bool(card)}
-    return task, modulus
+    args.task_kwargs = {**kwargs, "variant": variant, "from_card": bool(card)}
+    return task
 
 
 def write_json(path: Path, obj: Any) -> Path:

@@ -176,7 +176,10 @@ def run(args: argparse.Namespace) -> int:
         if key in summary:
             print(f"{key} (restores >= {args.threshold:g} pp, significant: {summary[key]['significance']['rule']}): "
                   f"{json.dumps(summary[key]['coverage'])}")
-    print(f"wrote {out}/knockout_map.json, .csv, .html, clean_curve.json, summary.json")
+    written = ["knockout_map.json", "knockout_map.csv", "knockout_map.html", "clean_curve.json", "clean_curve.html",
+               *(f"{key}.{ext}" for key in ("patch_mapping", "patch_phase") if key in res for ext in ("json", "csv", "html")),
+               "summary.json"]
+    print(f"wrote {out}/: {', '.join(written)}")
     return 0
 
 

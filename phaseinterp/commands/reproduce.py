@@ -3,11 +3,10 @@
 Sections: phase curves and the periodicity table of every shipped checkpoint; knockout
 specialization maps (a compressed model and full attention); gate statistics, profiles, the
 (static, per-window) plane, gate cycling and gate dynamics; the theory simulator; and the tiny
-HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip); and the mitigation
-study's shipped results (`experiments/mitigations`); the zoo table (`assets/results/zoo.json`,
-every compressor trained by the recipe rule, `experiments/zoo`); the SmolLM2 and NSA studies' results.
-Every section calls library functions; the study sections read result files. A section that fails is
-reported in the page and on stderr, and the command exits non-zero.
+HuggingFace DeepSeek-V4 through nnsight (phase sweep and completion flip). Every section calls
+library functions. A study adds its own sections through `run(args, extra=...)` (the studies' full
+report: `python -m experiments.report` in a checkout). A section that fails is reported in the page
+and on stderr, and the command exits non-zero.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from phaseinterp import assets
 
@@ -42,16 +41,41 @@ def _shipped(folder: Path) -> list[Path]:
 
 
 def _card_batches(path: Path, model, n: int, modulus: int, *, calibration: bool = False):
-    """(batch, calibration batch or None) of the checkpoint's card task (its matched record lookup),
-    prompts seeded 0: what `phaseinterp knockout` / `gates` sample for a carded checkpoint."""
-    from phaseinterp.tasks import RecordLookup
+    """(batch, calibration batch or None) of the checkpoint's card task (`task_from_card`: its
+    matched record lookup unless the card names another task), prompts seeded 0: what
+    `phaseinterp knockout` / `gates` sample for a carded checkpoint."""
+    from phaseinterp.tasks import task_from_card
 
     card = json.loads(path.with_suffix(".json").read_text())
-    task = RecordLookup(**{"protocol": "prefix", **card["data"]["eval_task"]})
-    if task.geometry(modulus).seq_len > model.cfg.n_ctx:
-        raise ValueError(f"{path.stem}: prompts at modulus {modulus} exceed the model's n_ctx={model.cfg.n_ctx}")
+    task = task_from_card({"protocol": "prefix", **card["data"]["eval_task"]})
     batch = task.sample(n, modulus, seed=0)
+    if batch.tokens.shape[1] > model.cfg.n_ctx:
+        raise ValueError(f"{path.stem}: prompts at modulus {modulus} exceed the model's n_ctx={model.cfg.n_ctx}")
     return batch, (task.sample(n, modulus, seed=0, split="calibration") if calibration else None)
+
+
+def duration(seconds: float | None) -> str:
+    """A training time as people read it: "45 s", "34 min", "2.5 h" ("-" when the card has none).
+
+    Example:
+        >>> duration(2010.4), duration(45.2), duration(9000), duration(None)
+        ('34 min', '45 s', '2.5 h', '-')
+    """
+    if seconds is None or seconds != seconds:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def periodicity_cell(curve, compressed: bool = True) -> str:
+    """`periodicity_pp` to one decimal, or a dash with the reason it is undefined (never NaN): no period
+    to test (full attention), or the period equals the modulus (one period per curve, nothing to compare)."""
+    if curve.periodicity_pp == curve.periodicity_pp:  # not nan
+        return f"{curve.periodicity_pp:.1f}"
+    if curve.period is None or not compressed:
+        return "- (full attention: no stride to test)"
+    return f"- (period {curve.period} = modulus {curve.modulus}: one period, nothing to compare)"
 
 
 def phase_curves(ckpts: list[Path], n: int, n_boot: int):
@@ -62,7 +86,7 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
     from phaseinterp.measure import phase_sweep
     from phaseinterp.plot import phase_figure
     from phaseinterp.report import Section
-    from phaseinterp.tasks import RecordLookup
+    from phaseinterp.tasks import task_from_card
 
     models = {path: load(path) for path in ckpts}
     strides = sorted({s for m in models.values() for s in m.cfg.strides})
@@ -71,14 +95,15 @@ def phase_curves(ckpts: list[Path], n: int, n_boot: int):
     for path, model in models.items():
         name = path.stem
         card = json.loads(path.with_suffix(".json").read_text())
-        task = RecordLookup(**card["data"]["eval_task"])
+        task = task_from_card(card["data"]["eval_task"])
         batch = task.sample(n, modulus, seed=1)
         period = model.cfg.residue_modulus or modulus
         curve = phase_sweep(model, batch, period=period, n_boot=n_boot, n_perm=n_boot, progress=False, label=name)
         curves[name] = curve
         rows.append({"checkpoint": name, "strides": str(list(model.cfg.strides) or "full"),
-                     "train s": card.get("wall_time_s"), "mean %": 100 * curve.mean, "worst %": 100 * curve.worst,
-                     "gap pp": curve.gap_pp, "periodicity pp": curve.periodicity_pp, "p (no phase effect)": curve.p_value})
+                     "train time": duration(card.get("wall_time_s")), "mean %": 100 * curve.mean,
+                     "worst %": 100 * curve.worst, "gap pp": curve.gap_pp, "periodicity pp": periodicity_cell(curve, bool(model.cfg.strides)),
+                     "p (no phase effect)": curve.p_value})
     text = (f"Record lookup at matched protocol (each checkpoint's card), {n} logical examples per residue mod "
             f"{modulus}, prefix padding. Compressed models show accuracy periodic in the needle position with "
             "period S; full attention is flat. Intervals: logical-example cluster bootstrap.")
@@ -184,14 +209,12 @@ def deepseek(quick: bool):
     return Section("DeepSeek-V4 through nnsight (tiny random model)", text, [table], [phase_figure(curve), flip_figure(flip)])
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, extra: Sequence[tuple[str, Callable[[], Any]]] = ()) -> int:
+    """Write the report of `args` (the verb's options); `extra`: (name, section builder) pairs appended
+    after the library's own sections."""
     import torch
     from tqdm import tqdm
 
-    from phaseinterp.report.mitigations import mitigation_section
-    from phaseinterp.report.smollm2 import smollm2_section
-    from phaseinterp.report.nsa import nsa_section
-    from phaseinterp.report.zoo import zoo_section
     from phaseinterp.measure.provenance import versions
     from phaseinterp.report import write_report
 
@@ -207,10 +230,7 @@ def run(args: argparse.Namespace) -> int:
         ("gates", lambda: gates(ckpts, n, n_boot)),
         ("theory", lambda: theory(args.quick)),
         ("deepseek-v4", lambda: deepseek(args.quick)),
-        ("mitigations", mitigation_section),
-        ("zoo", zoo_section),
-        ("smollm2", smollm2_section),
-        ("nsa", nsa_section),
+        *extra,
     ]
     from phaseinterp.report import Section
 

@@ -1,4 +1,4 @@
-"""`phaseinterp theory`: run the idealized-model experiments (PAPER.md section 4) and write
+"""`phaseinterp theory`: run the idealized-model experiments (docs/paper.md, the mechanism) and write
 tables (CSV + JSON), provenance (meta.json) and self-contained HTML figures.
 
     phaseinterp theory --m 3 --S 8 --seeds 100 --out DIR                 # all four experiments

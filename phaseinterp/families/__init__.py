@@ -1,7 +1,10 @@
-"""The built-in model families, one module each; importing this package imports every module in it,
-which registers its family in `phaseinterp.family.FAMILIES` (whose lookups it re-exports). A new
-family is one module here (picked up without registration elsewhere) or in user code, calling
-`register_family`; see docs/architecture.md.
+"""The built-in model families, one module (or folder) each, named in `MODULES`: importing this
+package imports them in that order, and each registers its family in `phaseinterp.family.FAMILIES`
+(whose lookups it re-exports). A family module holds its registration, its Backend class (named by
+its dotted path, imported when a model of the family first runs) and its sites; adding a built-in
+family is one module here plus one line in `MODULES`; a user's family is a `register_family` call
+in user code (see docs/architecture.md). What a model runs on is decided by
+`phaseinterp.families.resolve` alone.
 
 Example:
     >>> from phaseinterp import families
@@ -10,13 +13,26 @@ Example:
 """
 
 import importlib
-import pkgutil
 
 from phaseinterp.family import (FAMILIES, ModelFamily, backend_of, build_model, config_from_dict, family_of_config,
-                                family_of_format, family_of_model, known_formats, register_family)
+                                family_of_format, family_of_model, find_family, known_formats, register_family)
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"phaseinterp.families.{_module}")
+#: The built-in families, in the order models are tried (fallbacks last whatever their place).
+#: `bridges` comes first on purpose: a TransformerLens bridge and an nnsight wrapper answer `.config`
+#: with their HF model's config, which the DeepSeek-V4 family (and the HF fallback) would claim.
+MODULES = [
+    "phaseinterp.families.bridges",
+    "phaseinterp.families.compressed_hf",
+    "phaseinterp.families.deepseek_v4",
+    "phaseinterp.families.dsa",
+    "phaseinterp.families.hf",
+    "phaseinterp.families.hf_causal_lm",
+    "phaseinterp.families.hooked",
+    "phaseinterp.families.nsa",
+]
 
-__all__ = ["FAMILIES", "ModelFamily", "backend_of", "build_model", "config_from_dict", "family_of_config",
-           "family_of_format", "family_of_model", "known_formats", "register_family"]
+for _module in MODULES:
+    importlib.import_module(_module)
+
+__all__ = ["FAMILIES", "MODULES", "ModelFamily", "backend_of", "build_model", "config_from_dict", "family_of_config",
+           "family_of_format", "family_of_model", "find_family", "known_formats", "register_family"]

@@ -28,6 +28,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from phaseinterp.config import renamed_keyword
+from phaseinterp.families.resolve import model_class
 from phaseinterp.flip.filler import FAMILIES, FillerSpec
 from phaseinterp.measure.outputs import write_atomic
 from phaseinterp.measure.provenance import dumps, versions
@@ -218,7 +219,7 @@ def completion_flip(model: Any, prompt: Sequence[int] | Int[Tensor, " prompt"], 
         p = logits[torch.arange(len(chunk), device=logits.device), last].float().softmax(-1)
         probs.append(p[:, candidates].cpu())
     config = {"prompt": prompt, "head": head, "pad_id": pad, "filler": asdict(filler), "versions": versions(),
-              "model": getattr(getattr(model, "cfg", None), "model_class", type(model).__name__)}
+              "model": model_class(model)}
     return FlipResult(np.array(lengths), torch.cat(probs).double().numpy(), tuple(candidates), labels, period,
                       family, len(head), len(prompt), n_perm, seed, config)
 

@@ -30,6 +30,7 @@ from phaseinterp.measure.provenance import model_config, versions
 from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.progress import in_chunks
 from phaseinterp.tasks import PhaseBatch
+from phaseinterp.tasks.scoring import per_row, token_rows
 from phaseinterp.units import Unit, check_level, head_units, level_size
 
 METHODS = ("auto", "incremental", "hooks")
@@ -237,8 +238,9 @@ def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibr
     """(clean correct [batch], knocked-out correct [unit, batch], unchanged unit indices, method):
     the units run in chunks of `units_per_forward`, each chunk recorded in `journal` when given and
     taken from it when already there."""
-    clean_logits, run, used = _knockout_runner(model, batch, units, calibration, replacement=replacement, **kw)
-    answers = batch.answers
+    rows, owner = token_rows(batch)  # one row per scored answer token (the batch itself for one-token answers)
+    clean_logits, run, used = _knockout_runner(model, rows, units, calibration, replacement=replacement, **kw)
+    answers = rows.answers
 
     def compute(idx: list[int]) -> dict[str, np.ndarray]:
         logits = run(idx)
@@ -246,11 +248,12 @@ def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibr
                 "unchanged": np.isin(np.arange(len(idx)), unchanged_units(logits, clean_logits))}
 
     ko, unchanged = [], []
-    for idx, done in journaled_chunks(len(units), units_per_forward(batch, kw["max_rows"]), journal, compute,
-                                      rows=len(batch), progress=progress, desc="knockout"):
+    for idx, done in journaled_chunks(len(units), units_per_forward(rows, kw["max_rows"]), journal, compute,
+                                      rows=len(rows), progress=progress, desc="knockout"):
         ko.append(done["correct"])
         unchanged += [i for i, flag in zip(idx, done["unchanged"]) if flag]
-    return is_correct(clean_logits, answers).cpu().numpy(), np.concatenate(ko), unchanged, used
+    fold = lambda c: per_row(torch.as_tensor(c), owner, len(batch)).numpy()  # noqa: E731  (all answer tokens right)
+    return fold(is_correct(clean_logits, answers).cpu()), fold(np.concatenate(ko)), unchanged, used
 
 
 def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]
@@ -406,10 +409,11 @@ def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | s
     units = [u for u in head_units(model.cfg, level, [layer]) if u.index == index]
     if not units:
         raise ValueError(f"{level}={index} is invalid: allowed 0..{level_size(model.cfg, level) - 1}")
-    clean, ko, _ = knockout_logits(model, batch, units, calibration, replacement=replacement, per_residue=per_residue,
+    rows, owner = token_rows(batch)
+    clean, ko, _ = knockout_logits(model, rows, units, calibration, replacement=replacement, per_residue=per_residue,
                                    positions=positions, seed=seed, progress=False)  # one unit: no bar
     warn_unchanged([units[0].name] if unchanged_units(ko, clean) else [], f"knockout ({replacement})")
-    correct = is_correct(ko[0], batch.answers).cpu()
+    correct = per_row(is_correct(ko[0], rows.answers).cpu(), owner, len(batch))
     return PhaseCurve.from_correct(correct, batch, n_boot=n_boot, n_perm=200, seed=seed,
                                    label=f"knockout {units[0].name}",
                                    config={"knockout": {"unit": units[0].name, "replacement": replacement}})

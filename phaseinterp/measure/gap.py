@@ -1,6 +1,6 @@
 """The phase gap measured on held-out examples, with its interval.
 
-The observed gap, best minus worst residue accuracy (`PhaseCurve.gap_pp`, PAPER.md's statistic),
+The observed gap, best minus worst residue accuracy (`PhaseCurve.gap_pp`, the paper's statistic, docs/paper.md),
 picks its two residues and measures them on the same rows: noise raises the best and lowers the
 worst, so a flat curve of 32 examples per residue shows ~20 pp, and the bootstrap replicates of
 max - min sit above the observed value (their percentile interval can exclude it). The held-out

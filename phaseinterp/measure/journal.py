@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from phaseinterp.families.resolve import module_of
 from phaseinterp.measure.outputs import write_atomic
 
 FORMAT = 1
@@ -56,8 +57,8 @@ def model_fingerprint(model: Any) -> str:
     Raises:
         ValueError: the model has no torch module to read weights from (a plain callable).
     """
-    module = model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)
-    if not isinstance(module, torch.nn.Module):
+    module = module_of(model)
+    if module is None:
         raise ValueError(f"resume= needs a model with weights to fingerprint (a torch module or a backend); got "
                          f"{type(model).__name__}: allowed resume=None for a plain callable")
     state = module.state_dict()
@@ -66,7 +67,9 @@ def model_fingerprint(model: Any) -> str:
 
 def batch_fingerprint(batch: Any) -> str:
     """SHA-256 of a PhaseBatch's rows (tokens, query positions, answers, residues, example ids, modulus)."""
-    return digest(batch.tokens, batch.query_pos, batch.answers, batch.residue, batch.example_id, int(batch.modulus))
+    multi = getattr(batch, "answer_pos", None)  # multi-token answers: their positions count too
+    return digest(batch.tokens, batch.query_pos, batch.answers, batch.residue, batch.example_id, int(batch.modulus),
+                  *(() if multi is None else (multi,)))
 
 
 class Journal:

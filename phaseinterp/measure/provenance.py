@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from phaseinterp.families.resolve import recorded_config
+
 
 #: Libraries whose versions every result records when they are installed (read from package
 #: metadata: recording a version never imports the library).
@@ -59,7 +61,7 @@ def jsonable(obj: Any) -> Any:
 def model_config(model: Any) -> dict[str, Any] | None:
     """The model's `cfg` as a JSON-safe dict (None when it has none); a backend's `recorded_cfg`
     (our model's and NSA's own config, a HF backend's `BackendConfig`)."""
-    cfg = getattr(model, "recorded_cfg", None) or getattr(model, "cfg", None)
+    cfg = recorded_config(model)
     if cfg is None:
         return None
     if dataclasses.is_dataclass(cfg):

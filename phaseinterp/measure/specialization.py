@@ -358,6 +358,27 @@ class SpecializationMap:
         rng = f", range [{finite.min():.3g}, {finite.max():.3g}]" if finite.size else ""
         return f"SpecializationMap({what + ': ' if what else ''}{shape}, {self.quantity or 'value'}{rng}{self._sig_counts()})"
 
+    def __str__(self) -> str:
+        """`print(smap)`: the repr, then where each unit matters (`coverage(50)`, significant cells only:
+        BH-FDR when the map has p-values, else intervals that exclude 0) with its mean change there, e.g.
+        `L1.KV0: -97 pp at residues 1, 2, 5, 6 (significant at BH-FDR q=0.05)`. Maps in points or percent
+        only (an attribution map's logit differences have no such threshold)."""
+        unit = next((u for tag, u in (("(pp)", " pp"), ("(%)", "%")) if self.quantity.endswith(tag)), None)
+        if unit is None:
+            return repr(self)
+        which: bool | str = "fdr" if self.p is not None else "uncorrected" if self.significant is not None else False
+        why = {"fdr": "significant at BH-FDR q=0.05", "uncorrected": "intervals exclude 0", False: "no test"}[which]
+        threshold, axis = 50, self.dims[-1]
+        rows, labels = dict(zip(self.row_labels(), self.as_2d())), list(self.coords[axis])
+        lines = [repr(self)]
+        for label, hit in self.coverage(threshold, significant=which).items():
+            if hit:
+                mean = float(np.mean([rows[label][labels.index(c)] for c in hit]))
+                lines.append(f"  {label}: {mean:+.0f}{unit} at {axis}s {', '.join(map(str, hit))} ({why})")
+        if len(lines) == 1:
+            lines.append(f"  no unit reaches {threshold}{unit} at any {axis} ({why})")
+        return "\n".join(lines)
+
     def _sig_counts(self, q: float = 0.05) -> str:
         """", significant: 7 of 128 uncorrected, 3 at BH-FDR q=0.05" (what repr and Jupyter show)."""
         if self.significant is None:

@@ -1,9 +1,10 @@
 """`phase_sweep`: run a model (any tokens -> logits callable) over a PhaseBatch and score it.
 
-A model goes through `phaseinterp.backends.resolve_model` first, the one place where a model
+A model goes through `phaseinterp.families.resolve.runner` first, the one place where a model
 becomes what the experiments run on: a backend (our `HookedCompressedTransformer` behind
 `HookedBackend`, a raw HuggingFace model behind its backend), which computes the logits at the
-query positions (`Backend.sweep_logits`); any other tokens -> logits callable is scored as is."""
+query positions (`Backend.sweep_logits`); any other tokens -> logits callable runs behind
+`PlainModel`, which answers the same questions. Nothing here asks what kind of model it holds."""
 
 from __future__ import annotations
 
@@ -13,72 +14,47 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from phaseinterp.config import period_of, renamed_keyword
+from phaseinterp.config import renamed_keyword
+from phaseinterp.families.resolve import forward_logits, runner  # noqa: F401  (forward_logits: re-exported)
 from phaseinterp.measure.curve import PhaseCurve
 from phaseinterp.measure.journal import Journal, batch_fingerprint, model_fingerprint, open_journal
 from phaseinterp.measure.provenance import model_config
-from phaseinterp.progress import check_progress
+from phaseinterp.progress import check_progress, tqdm  # tqdm.auto only with ipywidgets (no TqdmWarning)
 from phaseinterp.tasks import PhaseBatch
+from phaseinterp.tasks.scoring import per_row, token_rows
 
 Model = Callable[[Int[Tensor, "batch pos"]], Any]
 
 
-def _resolve(model: Any) -> Any:
-    """`phaseinterp.backends.resolve_model`, imported on first use (scoring a plain callable or a
-    precomputed tensor needs no backend library)."""
-    from phaseinterp.backends.resolve import resolve_model
-
-    return resolve_model(model)
-
-
 def model_period(model: Any) -> int | None:
-    """Period of a model's phase effect: `period_of(model.cfg.strides)` (None if absent or empty)."""
-    return period_of(getattr(getattr(model, "cfg", None), "strides", ()) or ())
-
-
-def _device(model: Any, device: torch.device | str | None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    if isinstance(model, torch.nn.Module):
-        for p in model.parameters():
-            return p.device
-    return torch.device("cpu")
+    """Period of a model's phase effect: `period_of` its strides (None if absent or empty)."""
+    return runner(model).period()
 
 
 @contextmanager
-def eval_mode(model: Any) -> Iterator[None]:
-    """Run the block with `model` in eval mode (dropout off), restoring its training flag after."""
-    was = isinstance(model, torch.nn.Module) and model.training
+def eval_mode(module: torch.nn.Module | None) -> Iterator[None]:
+    """Run the block with `module` in eval mode (dropout off), restoring its training flag after
+    (None: nothing to switch)."""
+    was = isinstance(module, torch.nn.Module) and module.training
     if was:
-        model.eval()
+        module.eval()
     try:
         yield
     finally:
         if was:
-            model.train()
-
-
-def forward_logits(model: Model, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
-    """Run `model` on `tokens` and check it returned logits [batch, pos, vocab]. The model may
-    return the tensor itself or an object with `.logits` (HuggingFace)."""
-    out = model(tokens)
-    logits = getattr(out, "logits", out)
-    if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[:2] != tokens.shape:
-        shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
-        raise ValueError(f"model must map tokens {tuple(tokens.shape)} to logits [batch, pos, vocab]; got {shape}")
-    return logits
+            module.train()
 
 
 def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
                      device: torch.device | str | None = None, progress: bool = True,
                      resume: str | Path | Journal | None = None) -> Bool[Tensor, " batch"]:
     """Top-1 correctness per row: the argmax over the full vocabulary of the next-token logits
-    at `query_pos` is one of `answers`. A backend computes those logits (`Backend.sweep_logits`:
-    our model and NSA one full forward per distinct prompt, HF backends the query positions
+    at `query_pos` is one of `answers` (a multi-token answer, `batch.answer_pos`: the argmax at every
+    answer position is the answer's token, `phaseinterp.tasks.scoring`). A backend computes those
+    logits (`Backend.sweep_logits`: our model and NSA one full forward per distinct prompt, HF backends the query positions
     only with `logits_to_keep`, and chunked prefill with `prefill_chunk`); for a plain callable,
     rows that share a prompt (several queries) share one forward pass within a minibatch.
 
@@ -102,23 +78,22 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
 
 
 @torch.no_grad()
-def _evaluate(model: Model, batch: PhaseBatch, *, batch_size: int, device: torch.device | str | None,
+def _evaluate(model: Any, batch: PhaseBatch, *, batch_size: int, device: torch.device | str | None,
               progress: bool, resume: str | Path | Journal | None) -> tuple[Bool[Tensor, " batch"], Journal | None]:
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} out of range [1, inf)")
     if len(batch) == 0:
         raise ValueError("batch has 0 rows: allowed a batch with at least one row (RecordLookup(...).sample(n_per_residue >= 1, "
                          "modulus)); a filter may have removed every row")
-    model = _resolve(model)
-    dev = _device(model, device)
+    model = runner(model)
+    dev = model.sweep_device(device)
+    batch, owner, n_rows = *token_rows(batch), len(batch)  # one row per scored answer token
     # a Journal given whole was keyed by its maker (e.g. a callable's weights it knows and we do not)
     journal = resume if resume is None or isinstance(resume, Journal) else open_journal(resume, "sweep", {
         "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
-        "settings": {"batch_size": batch_size, "device": dev.type,
-                     "logits": model.sweep_info() if hasattr(model, "sweep_info") else None}})
+        "settings": {"batch_size": batch_size, "device": dev.type, "logits": model.sweep_info()}})
     out = []
-    sweep = getattr(model, "sweep_logits", None)  # every backend has it
-    with eval_mode(getattr(model, "model", model)):  # a backend's module, else the callable
+    with eval_mode(model.module()):
         bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
                    disable=not check_progress(progress), desc="phase sweep", unit="batch")
         for i, mb in enumerate(bar):
@@ -129,18 +104,11 @@ def _evaluate(model: Model, batch: PhaseBatch, *, batch_size: int, device: torch
                                      f"rows, allowed ({len(mb)},); remove the journal to start over")
                 out.append(torch.from_numpy(done["correct"]))
                 continue
-            if sweep is not None:
-                pred = sweep(mb.tokens, mb.query_pos, mb.prompt_id).argmax(-1).cpu()
-            else:
-                uniq, inverse = torch.unique(mb.prompt_id, return_inverse=True)
-                first = torch.full((len(uniq),), len(mb), dtype=torch.long).scatter_reduce(
-                    0, inverse, torch.arange(len(mb)), reduce="amin")
-                logits = forward_logits(model, mb.tokens[first].to(dev))
-                pred = logits[inverse.to(dev), mb.query_pos.to(dev)].argmax(-1).cpu()
+            pred = model.sweep_logits(mb.tokens, mb.query_pos, mb.prompt_id).argmax(-1).cpu()
             out.append((pred[:, None] == mb.answers).any(1))
             if journal is not None:
                 journal.put(f"mb{i:06d}", correct=out[-1].numpy())
-    return torch.cat(out), journal
+    return per_row(torch.cat(out), owner, n_rows), journal
 
 
 def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, batch_size: int = 32,
@@ -182,18 +150,18 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
                              f"got {model.dtype} {tuple(model.shape)}")
         correct, info = model, {"model": "precomputed correct"}
     else:
-        model = _resolve(model)
+        model = runner(model)
         correct, journal = _evaluate(model, batch, batch_size=batch_size, device=device, progress=progress,
                                      resume=resume)
-        s = model_period(model)
+        s = model.period()
         if period is None and s is not None and batch.modulus % s == 0:
             period = s
-        info = {"model": model_config(model) or type(model).__name__}
-        how = model.sweep_info() if hasattr(model, "sweep_info") else None
+        info = {"model": model_config(model) or model.model_class()}
+        how = model.sweep_info()
         if how is not None:  # logits at the query positions only (None: full forwards)
             info["logits"] = how
         if journal is not None:
-            info["resumed"] = {"minibatches": journal.taken, "of": math.ceil(len(batch) / batch_size)}
+            info["resumed"] = {"minibatches": journal.taken, "of": math.ceil(len(token_rows(batch)[0]) / batch_size)}
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
     return PhaseCurve.from_correct(correct, batch, period=period, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})

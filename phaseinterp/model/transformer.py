@@ -17,6 +17,7 @@ from phaseinterp.model.layers import RMSNorm
 from transformer_lens import ActivationCache, HookedRootModule
 from phaseinterp.model.hook_point import HookPoint, missing_hook_point
 from phaseinterp.model.static import tracing
+from phaseinterp.model.vocab import TokenNames
 
 
 class MLP(nn.Module):
@@ -66,7 +67,7 @@ def approx_parameters(cfg: ModelConfig) -> int:
     return cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2) + cfg.n_layers * (attn + 3 * cfg.d_model * cfg.d_mlp)
 
 
-class HookedCompressedTransformer(HookedRootModule):
+class HookedCompressedTransformer(TokenNames, HookedRootModule):
     """Decoder-only transformer with compressed-KV attention and TransformerLens hooks.
 
     Example:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # what a type checker reads; at run time each name is importe
         gate_attribution_figure as gate_attribution_figure, gate_dynamics_figure as gate_dynamics_figure,
         gate_plane_figure as gate_plane_figure, gate_profile_figure as gate_profile_figure, map_figure as map_figure)
     from phaseinterp.plot.mitigations import memory_figure as memory_figure
-    from phaseinterp.plot.pretrained import phase_rows_figure as phase_rows_figure
+    from phaseinterp.plot.pretrained import (
+        depth_phase_figure as depth_phase_figure, phase_rows_figure as phase_rows_figure)
 
 _EXPORTS = {
     **dict.fromkeys(("attention_figure", "attention_view", "circuitsvis_data"), "attention"),
@@ -32,7 +33,7 @@ _EXPORTS = {
                      "gate_plane_figure", "gate_profile_figure", "map_figure"), "maps"),
     **dict.fromkeys(("flip_figure",), "flip"),
     **dict.fromkeys(("memory_figure",), "mitigations"),
-    **dict.fromkeys(("phase_rows_figure",), "pretrained"),
+    **dict.fromkeys(("depth_phase_figure", "phase_rows_figure"), "pretrained"),
 }
 __all__ = sorted(_EXPORTS)
 if not TYPE_CHECKING:  # a type checker reads the imports above: an unknown name is an error there too

@@ -1,6 +1,6 @@
-"""The report: one self-contained HTML file of titled sections (`document`), and the sections
-built from the studies' shipped result files (`mitigations`, `zoo`, `nsa`, `smollm2`, written by
-`experiments/`; the report reads the files and never imports a study). The top floor with the commands."""
+"""The report: one self-contained HTML file of titled sections (`document`). `phaseinterp reproduce`
+builds the library's sections; a study renders its own result files into sections of its own
+(`experiments/*/section.py` in the repository) and passes them to `commands.reproduce.run`."""
 
 from phaseinterp.report.document import Section, write_report
 

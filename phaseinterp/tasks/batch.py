@@ -18,7 +18,10 @@ class PhaseBatch:
     """Prompts for a phase sweep, one row per scored query.
 
     All positions are absolute indices into `tokens` (BOS at 0). The model is scored on the
-    next-token logits at `query_pos`; a row is correct when their argmax is in `answers`.
+    next-token logits at `query_pos`; a row is correct when their argmax is in `answers`. A task
+    with a multi-token answer gives `answer_pos` instead (teacher forcing: the prompt holds the
+    answer): the row is correct when the argmax at every `answer_pos[:, j]` is the prompt's next
+    token there (exact match of every answer token; `phaseinterp.tasks.scoring`).
 
     Attributes:
         tokens: prompt token ids.
@@ -35,6 +38,9 @@ class PhaseBatch:
         modulus: residue modulus R.
         key_len: tokens per key. value_len: tokens per value.
         meta: task configuration, seed, split, achieved position moments.
+        answer_pos: None (one answer token, scored at `query_pos` against `answers`), or the
+            positions whose next token is an answer token, [batch, n_answer_tokens], column 0 ==
+            `query_pos`, -1 padding a shorter answer; `tokens[answer_pos + 1]` are the answer.
 
     Example:
         >>> from phaseinterp.tasks import RecordLookup
@@ -56,12 +62,13 @@ class PhaseBatch:
     key_len: int = 1
     value_len: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
+    answer_pos: Int[Tensor, "batch n_answer_tokens"] | None = None
 
     def __post_init__(self) -> None:
         n = self.tokens.shape[0]
         if self.tokens.ndim != 2:
             raise ValueError(f"tokens must be [batch, pos], got shape {tuple(self.tokens.shape)}")
-        for name in _ROW_FIELDS:
+        for name in self._rows():
             t = getattr(self, name)
             if t.dtype != torch.long:
                 raise ValueError(f"{name} must be a LongTensor, got {t.dtype}")
@@ -69,6 +76,12 @@ class PhaseBatch:
                 raise ValueError(f"{name} has {t.shape[0]} rows, tokens has {n}")
         if self.modulus < 1:
             raise ValueError(f"modulus={self.modulus} out of range [1, inf)")
+        if self.answer_pos is not None and (self.answer_pos.ndim != 2 or self.answer_pos.shape[1] < 1):
+            raise ValueError(f"answer_pos must be [batch, n_answer_tokens >= 1], got shape {tuple(self.answer_pos.shape)}")
+
+    def _rows(self) -> tuple[str, ...]:
+        """The per-row tensor fields this batch has (answer_pos only when given)."""
+        return _ROW_FIELDS if self.answer_pos is None else (*_ROW_FIELDS, "answer_pos")
 
     @property
     def answer(self) -> Int[Tensor, " batch"]:
@@ -89,7 +102,7 @@ class PhaseBatch:
             if not -len(self) <= index < len(self):
                 raise IndexError(f"row {index} out of range for a batch of {len(self)}")
             index = slice(index % len(self), index % len(self) + 1)
-        return replace(self, **{name: getattr(self, name)[index] for name in _ROW_FIELDS})
+        return replace(self, **{name: getattr(self, name)[index] for name in self._rows()})
 
     def __iter__(self) -> Iterator[PhaseBatch]:
         """One-row batches; use `minibatches(size)` for larger ones."""
@@ -105,7 +118,7 @@ class PhaseBatch:
 
     def to(self, device: torch.device | str) -> PhaseBatch:
         """Copy of the batch with all tensors on `device`."""
-        return replace(self, **{name: getattr(self, name).to(device) for name in _ROW_FIELDS})
+        return replace(self, **{name: getattr(self, name).to(device) for name in self._rows()})
 
     def validate(self) -> PhaseBatch:
         """Check the invariants every generator must keep; return self.
@@ -133,6 +146,12 @@ class PhaseBatch:
             key = self.tokens[rows[:, None], self.key_pos[:, None] + k]
             query = self.tokens[rows[:, None], self.query_pos[:, None] - self.key_len + 1 + k]
             checks["query repeats the target key"] = (key == query).all(1)
+        if self.answer_pos is not None:
+            a, used = self.answer_pos, self.answer_pos >= 0
+            checks["answer_pos[:, 0] == query_pos"] = a[:, 0] == self.query_pos
+            checks["answer_pos in [0, seq_len - 1)"] = (~used | (a < T - 1)).all(1)
+            checks["answer_pos consecutive, then -1"] = (~used[:, 1:] | (used[:, :-1] & (a[:, 1:] == a[:, :-1] + 1))).all(1)
+            checks["tokens[query_pos + 1] == answer"] = self.tokens[rows, (self.query_pos + 1).clamp(max=T - 1)] == self.answer
         for name, ok in checks.items():
             if not bool(ok.all()):
                 bad = int((~ok).nonzero()[0, 0])

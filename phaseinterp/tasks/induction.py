@@ -11,15 +11,21 @@ retrieved, the paper's "needle" position.
   callable model runs one forward per prompt).
 - `induction_final_batch`: one query per prompt, at the final position (knockouts at the final
   position, the paper's protocol), target positions balanced over residues.
+- `Induction`: the latter as a `Task` (registry name "induction").
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
 from phaseinterp.tasks.batch import PhaseBatch
+from phaseinterp.tasks.names import SPLITS
 
 
 def _check(name: str, value: int, low: int) -> int:
@@ -96,3 +102,55 @@ def induction_final_batch(n_per_residue: int, seq_len: int, modulus: int, *, min
         meta={"task": "induction-final", "seq_len": seq_len, "min_distance": min_distance, "vocab": list(vocab),
               "bos": bos, "seed": seed, "residue_of": "value_pos"},
     ).validate()
+
+
+@dataclass(frozen=True)
+class Induction:
+    """Induction copying as a `Task`: `induction_final_batch` prompts (one query at the final
+    position, the copied token's residue balanced), one seed stream per split.
+
+    Args:
+        seq_len: prompt length (BOS + x + the copied prefix).
+        min_distance: tokens at least between the copied token and the query.
+        vocab: (lo, hi) token ids the random sequences draw from (distinct within a prompt).
+        bos: BOS id.
+
+    Example:
+        >>> task = Induction(seq_len=48, min_distance=20, vocab=(10, 200))
+        >>> b = task.sample(2, modulus=4)
+        >>> b.residue.tolist(), task.sample(2, 4, residues=[1]).residue.tolist()
+        ([0, 0, 1, 1, 2, 2, 3, 3], [1, 1])
+    """
+
+    seq_len: int = 64
+    min_distance: int = 32
+    vocab: tuple[int, int] = (1000, 20000)
+    bos: int = 1
+    #: The task's registry name (`phaseinterp.tasks.TASK_KINDS`).
+    name: ClassVar[str] = "induction"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "vocab", tuple(int(v) for v in self.vocab))
+        _check("seq_len", self.seq_len, 4), _check("min_distance", self.min_distance, 1)
+
+    def sample(self, n_per_residue: int, modulus: int, *, seed: int = 0, split: str = "eval",
+               residues: Sequence[int] | None = None) -> PhaseBatch:
+        """`induction_final_batch` of this task; the calibration split draws from another seed
+        stream (random sequences: its prompts differ from the evaluation ones)."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r} is invalid: allowed one of {list(SPLITS)}")
+        stream = int(np.random.SeedSequence([seed, SPLITS.index(split)]).generate_state(1)[0])
+        batch = induction_final_batch(n_per_residue, self.seq_len, modulus, min_distance=self.min_distance,
+                                      vocab=self.vocab, bos=self.bos, seed=stream)
+        batch.meta.update({"task": self.name, "config": self.card(), "task_seed": seed, "split": split})
+        if residues is None:
+            return batch
+        keep = sorted({int(r) for r in residues})
+        if not keep or keep[0] < 0 or keep[-1] >= modulus:
+            raise ValueError(f"residues={list(residues)} is invalid: allowed one or more of 0..{modulus - 1}")
+        return batch[torch.isin(batch.residue, torch.tensor(keep))]
+
+    def card(self) -> dict[str, Any]:
+        """`{"task": "induction", **fields}`, JSON-ready."""
+        return {"task": self.name, "seq_len": self.seq_len, "min_distance": self.min_distance,
+                "vocab": list(self.vocab), "bos": self.bos}

@@ -1,7 +1,10 @@
 """Names the tasks and the CLI share, importable without numpy or torch: the padding protocols,
-the evaluation splits and the task variants of `RecordLookup` (each a set of field overrides)."""
+the library's registered task names, the evaluation splits and the task variants of `RecordLookup` (each a set of field overrides)."""
 
 PROTOCOLS = ("prefix", "insequence")
+
+#: The library's registered tasks (`phaseinterp.tasks.TASK_KINDS`; listed here for `--help`).
+BUILTIN_TASKS = ("record_lookup", "induction", "text_record_lookup", "prose")
 
 SPLITS = ("eval", "calibration")
 

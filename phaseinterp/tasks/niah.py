@@ -5,7 +5,8 @@ The paper's DeepSeek-V4 test: 128K-token prompts holding 16,000 four-token key-v
 and target positions matched in mean and variance across residues mod 8. `deepseek_niah` builds
 that protocol for any `seq_len` on top of `phaseinterp.tasks.TextRecordLookup` (which verifies
 every position by re-tokenizing), with the record density of the paper (16,000 / 131,072) unless
-`n_records` is given. `single_token_words` finds word lists a tokenizer keeps as single tokens.
+`n_records` is given. `single_token_words` finds word lists a tokenizer keeps as single tokens;
+`text_record_lookup` builds the registry's "text_record_lookup" task from a tokenizer (or its folder).
 """
 
 from __future__ import annotations
@@ -95,3 +96,23 @@ def deepseek_niah(tokenizer: Any, seq_len: int, *, n_records: int | None = None,
         filler = filler if filler is not None else words[3 * n :]
     return TextRecordLookup(tokenizer, keys, values, filler, chat_template=chat_template, key_len=2, value_len=2,
                             n_records=n, n_demos=n_demos, protocol=protocol, seq_len=seq_len, **task_kwargs)
+
+
+def text_record_lookup(tokenizer: Any, keys: Sequence[str] | None = None, values: Sequence[str] | None = None,
+                       filler: Sequence[str] | None = None, *, n_records: int = 64, word_seed: int = 0,
+                       **options: Any) -> TextRecordLookup:
+    """The registry's builder of "text_record_lookup": `tokenizer` an object or a HuggingFace
+    tokenizer folder / name (loaded offline with `AutoTokenizer`); word lists default to
+    `single_token_words` (n_records keys, 2 n_records values, 16 filler words; `word_seed`)."""
+    if isinstance(tokenizer, str) or tokenizer is None:
+        if not tokenizer:
+            raise ValueError("tokenizer=None is invalid: allowed a HuggingFace tokenizer or the folder holding one")
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    if keys is None or values is None or filler is None:
+        words = single_token_words(tokenizer, 3 * n_records + 16, seed=word_seed)
+        keys = keys if keys is not None else words[:n_records]
+        values = values if values is not None else words[n_records : 3 * n_records]
+        filler = filler if filler is not None else words[3 * n_records :]
+    return TextRecordLookup(tokenizer, keys, values, filler, n_records=n_records, **options)

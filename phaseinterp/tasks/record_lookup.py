@@ -18,7 +18,7 @@ targets queried (and scored) one after another.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -46,6 +46,10 @@ def _modulus(modulus: int) -> None:
 def _at_least(name: str, value: int, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{name}={value!r} out of range: must be an integer >= {low}")
+
+
+def _pool_lists(pools: TokenPools) -> dict[str, list[int]]:
+    return {k: [int(t) for t in getattr(pools, k)] for k in ("keys", "values", "filler", "head", "tail")}
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class RecordLookup:
     spread: int = 1
     target_index: int | None = None
     pools: TokenPools | None = None
+    #: The task's registry name (`phaseinterp.tasks.TASK_KINDS`; the `Task` protocol).
+    name: ClassVar[str] = "record_lookup"
 
     def __post_init__(self) -> None:
         for name, low in [("n_records", 1), ("n_demos", 0), ("key_len", 1), ("value_len", 1),
@@ -146,6 +152,24 @@ class RecordLookup:
         if name not in VARIANTS:
             raise ValueError(f"unknown task variant {name!r}; choose one of: {', '.join(VARIANTS)}")
         return cls(**{**VARIANTS[name], **overrides})
+
+    @classmethod
+    def from_options(cls, variant: str | None = None, pools: TokenPools | dict[str, Any] | None = None,
+                     **options: Any) -> RecordLookup:
+        """The task a card's options describe (`card()` without "task"): `variant` names a
+        `VARIANTS` entry the other options override; `pools` may be the card's dict of id lists."""
+        if isinstance(pools, dict):
+            pools = TokenPools(**pools)
+        return cls.variant(variant, pools=pools, **options) if variant is not None else cls(pools=pools, **options)
+
+    def card(self) -> dict[str, Any]:
+        """JSON-ready options, `{"task": "record_lookup", **fields}` (`pools` as id lists only when
+        they are not the synthetic split of `vocab_size`); `task_from_card` rebuilds the task."""
+        out: dict[str, Any] = {"task": self.name, **{k: v for k, v in asdict(self).items() if k != "pools"}}
+        pools = _pool_lists(self.pools)
+        if self.vocab_size is None or pools != _pool_lists(TokenPools.synthetic(self.vocab_size)):
+            out["pools"] = pools
+        return out
 
     # ---- geometry -------------------------------------------------------------------------
 

@@ -71,6 +71,9 @@ class TextRecordLookup:
         (torch.Size([16, 49]), '<s> hev hop cuh bat gog ')
     """
 
+    #: The task's registry name (`phaseinterp.tasks.TASK_KINDS`).
+    name = "text_record_lookup"
+
     def __init__(self, tokenizer: Any, keys: Sequence[str], values: Sequence[str], filler: Sequence[str],
                  *, chat_template: bool = False, separator: str = " ", **task_kwargs: Any) -> None:
         overlap = (set(keys) & set(values)) | (set(keys) & set(filler)) | (set(values) & set(filler))
@@ -79,6 +82,8 @@ class TextRecordLookup:
         if not filler:
             raise ValueError("filler word list is empty")
         self.tokenizer, self.chat_template, self.separator = tokenizer, chat_template, separator
+        self.words = {"keys": list(keys), "values": list(values), "filler": list(filler)}
+        self.task_kwargs = dict(task_kwargs)
         if chat_template and getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("chat_template=True but the tokenizer has no chat template")
         probe = filler[0]
@@ -145,6 +150,12 @@ class TextRecordLookup:
                 raise ValueError(f"re-tokenizing prompt {pid} changed position {at}: expected "
                                  f"{want[at:at + 3]}, got {got[at:at + 3]} (lengths {len(want)} vs {len(got)})")
         return batch
+
+    def card(self) -> dict[str, Any]:
+        """`{"task": "text_record_lookup", "tokenizer": its name or path, word lists, options}`; the
+        tokenizer is named by `name_or_path` (an object without one cannot be rebuilt from the card)."""
+        return {"task": self.name, "tokenizer": getattr(self.tokenizer, "name_or_path", None) or None,
+                **self.words, "chat_template": self.chat_template, "separator": self.separator, **self.task_kwargs}
 
     def sample(self, n_per_residue: int, modulus: int, **kwargs: Any) -> PhaseBatch:
         """`RecordLookup.sample`, then `verify` (the positions survive re-tokenization)."""

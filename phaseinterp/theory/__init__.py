@@ -1,4 +1,4 @@
-"""The idealized retrieval model of PAPER.md section 4 ("Theory") as a simulator.
+"""The idealized retrieval model of the paper's mechanism (docs/paper.md, "Theory") as a simulator.
 
 Modules, in reading order: `config` (validated configs), `task` (embeddings, contexts, queries),
 `model` (log-linear gates, compressed attention, cross-entropy), `optimum` (exact static-rule

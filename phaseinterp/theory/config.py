@@ -1,4 +1,4 @@
-"""Configuration of the idealized retrieval model (PAPER.md section 4, "Theory") and of its flow.
+"""Configuration of the idealized retrieval model (docs/paper.md, the mechanism, "Theory") and of its flow.
 
 Two validated dataclasses. `TheoryConfig` fixes the task and the model (everything the loss
 depends on); `FlowConfig` fixes how the gradient flow is started, integrated and evaluated.
@@ -36,7 +36,7 @@ class TheoryConfig:
 
     Task: a context is L chunks of S tokens; token ids index N embeddings x_1..x_N whose Gram matrix
     is ``G = I + kappa 11^T + E`` with ``E`` symmetric, zero diagonal, ``|E_ij| <= eps``, i.e.
-    ``|x^T x' - kappa - 1{x = x'}| <= eps`` (PAPER.md). With ``distinct_context`` (default) all L*S
+    ``|x^T x' - kappa - 1{x = x'}| <= eps`` (docs/paper.md). With ``distinct_context`` (default) all L*S
     tokens of a context are distinct, so every query has one unambiguous answer; otherwise only the
     S tokens inside each chunk are distinct (chunks drawn independently; a repeated query token then
     also appears in other chunks). A query repeats the token at non-final position ``r* < S-1`` of

@@ -6,7 +6,7 @@ For a gate ``p`` over the S positions of a chunk (one head h, branch B in {K, V}
     one-hot score  E_chunks[max_r p(r)]                  one-hot when >= threshold
     static share   P_chunks[argmax_r p(r) = position]    the same position for (almost) every input
     concentration  static = exp(H(pbar)), per-chunk = E_chunks[exp(H(p))], both in [1, S]
-                   (PAPER.md section 4: one-hot and static means both are close to 1)
+                   (docs/paper.md, the mechanism: one-hot and static means both are close to 1)
 
 A head *holds* the pair (r, r+1) when its key position is r and its value position r+1.
 Coverage of a run = fraction of the S-1 non-final positions r held by at least one head.

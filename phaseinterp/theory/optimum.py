@@ -10,7 +10,7 @@ a query at position r* is the same for every context, so the expectation is exac
     loss(r*) = -beta s(r*+1) + log( N - L S + sum_r exp(beta s(r)) + (L-1) sum_r exp(beta o(r)) )
     loss = mean over r* in 0..S-2.
 
-Theorem 1 (PAPER.md): the optimal rules are one-hot, head h keyed on a position r_h and valued on
+Theorem 1 (the paper, docs/paper.md): the optimal rules are one-hot, head h keyed on a position r_h and valued on
 r_h + 1, with distinct r_h (m < S heads cover m of the S-1 non-final positions).
 """
 

@@ -12,7 +12,9 @@ import torch
 
 from phaseinterp.measure.intervals import wilson_interval
 from phaseinterp.measure.sweep import eval_mode
-from phaseinterp.tasks import RecordLookup
+from phaseinterp.tasks import RecordLookup, Task
+from phaseinterp.tasks.protocol import check_task
+from phaseinterp.tasks.scoring import per_row, token_rows
 from phaseinterp.train.data import IGNORE, Mixture, make_batch
 
 #: A run "learned" when its best residue reaches this accuracy on the matched task: it retrieves
@@ -29,39 +31,53 @@ def rows_for(task_kwargs: dict[str, Any], modulus: int) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def phase_curve(model, mixture: Mixture, *, modulus: int = 8, n_per_residue: int = 256, seed: int = 1000,
-                protocol: str = "prefix", batch_size: int = 256, **task_overrides: Any) -> dict[str, Any]:
+def phase_curve(model, mixture: Mixture | None, *, modulus: int = 8, n_per_residue: int = 256, seed: int = 1000,
+                protocol: str = "prefix", batch_size: int = 256, task: Task | None = None,
+                **task_overrides: Any) -> dict[str, Any]:
     """Top-1 accuracy of `model` by target key position mod `modulus` on a matched
-    `RecordLookup`, as a JSON-ready dict (accuracy per residue with 95% Wilson intervals, mean,
+    `RecordLookup` (or on `task`), as a JSON-ready dict (accuracy per residue with 95% Wilson intervals, mean,
     worst, best, gap in points, mean |A(r) - A(r + S)| in points for every S dividing the
     modulus, and `learned`: best >= `LEARNED_BEST`).
 
     Args:
         model: a HookedCompressedTransformer (or any tokens -> logits module).
-        mixture: the training mixture (vocabulary split, sequence length, record counts).
+        mixture: the training mixture (vocabulary split, sequence length, record counts); not
+            used with `task`.
         modulus: residue modulus R (>= 1).
         n_per_residue: logical examples, each rendered at every residue (>= 1).
         seed: task seed (evaluation prompts are not training batches: different generator).
         protocol: "prefix" or "insequence".
         batch_size: prompts per forward pass.
+        task: any `phaseinterp.tasks.Task` to evaluate on instead of the matched record lookup
+            (then `protocol` and `task_overrides` are not used; the dict's "task" is its card). A
+            multi-token answer is correct when every answer token is (`tasks.scoring`).
         task_overrides: other `RecordLookup` arguments (n_records, n_demos, ...).
     """
     if isinstance(modulus, bool) or not isinstance(modulus, int) or modulus < 1:
         raise ValueError(f"modulus={modulus!r} is invalid: allowed an integer >= 1")
-    kwargs = mixture.eval_task_kwargs(protocol=protocol)
-    kwargs.update(task_overrides)
-    task = RecordLookup(**kwargs)
+    if task is None:
+        if mixture is None:
+            raise ValueError("mixture=None is invalid without task=: allowed a Mixture (the matched record lookup)")
+        kwargs = mixture.eval_task_kwargs(protocol=protocol)
+        kwargs.update(task_overrides)
+        task = RecordLookup(**kwargs)
+    else:
+        if task_overrides:
+            raise ValueError(f"task overrides {sorted(task_overrides)} are invalid with task=: allowed none (build the "
+                             "task with them)")
+        kwargs = check_task(task).card()
     batch = task.sample(n_per_residue, modulus, seed=seed)
+    rows, owner = token_rows(batch)  # one row per scored answer token (the batch itself for one-token answers)
     device = next(model.parameters()).device
     correct = []
     with eval_mode(model):
-        for start in range(0, len(batch), batch_size):
-            tokens = batch.tokens[start:start + batch_size].to(device)
-            q = batch.query_pos[start:start + batch_size].to(device)
+        for start in range(0, len(rows), batch_size):
+            tokens = rows.tokens[start:start + batch_size].to(device)
+            q = rows.query_pos[start:start + batch_size].to(device)
             logits = model(tokens)
             pred = logits[torch.arange(len(tokens), device=device), q].argmax(-1).cpu()
-            correct.append((pred[:, None] == batch.answers[start:start + batch_size]).any(1))
-    correct = torch.cat(correct).numpy()
+            correct.append((pred[:, None] == rows.answers[start:start + batch_size]).any(1))
+    correct = per_row(torch.cat(correct), owner, len(batch)).numpy()
     residue = batch.residue.numpy()
     k = np.bincount(residue, weights=correct, minlength=modulus).astype(np.int64)
     n = np.bincount(residue, minlength=modulus).astype(np.int64)

@@ -278,7 +278,10 @@ def _optimizer(model, tcfg: TrainConfig, lr: Tensor | None, graphs: bool) -> tor
         return torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), foreach=True, capturable=graphs, **kw)
 
 
-def _start(spec: FleetRun, device: torch.device, graphs: bool, resume: bool) -> _Run:
+def start_run(spec: FleetRun, device: torch.device, graphs: bool, resume: bool = False) -> _Run:
+    """One run of a fleet built on `device`, resumed from its folder's newest checkpoint with `resume`; its
+    `run_step(step, arrays)` trains one step (captured as a CUDA graph with `graphs`). For probes and tests:
+    `train_fleet` starts its runs with it."""
     tcfg, run_dir = spec.tcfg, Path(spec.run_dir)
     family, cfg = family_of_config(spec.model_cfg)
     torch.manual_seed(tcfg.seed)
@@ -373,8 +376,8 @@ def train_fleet(runs: list[FleetRun], *, device: str = "auto", workers: int | No
     stops = [r.tcfg.steps if until is None else min(until, r.tcfg.steps) for r in runs]
     todo = [range(resume_step(r.run_dir) if resume else 0, stop) for r, stop in zip(runs, stops)]
     batches = _batches([(r.tcfg.mixture, r.tcfg.seed, r.tcfg.batch_size) for r in runs], todo, workers)
-    first = next(batches, None)  # the worker pool forks here, before CUDA starts in `_start`
-    state: list[_Run | None] = [_start(r, dev, graphs, resume) for r in runs]
+    first = next(batches, None)  # the worker pool forks here, before CUDA starts in `start_run`
+    state: list[_Run | None] = [start_run(r, dev, graphs, resume) for r in runs]
     t0, results = time.perf_counter(), [None] * len(runs)
     for i, step, arrays in itertools.chain([first] if first else [], batches):
         if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
@@ -398,4 +401,4 @@ def train_fleet(runs: list[FleetRun], *, device: str = "auto", workers: int | No
     return results
 
 
-__all__ = ["FleetRun", "decode_batch", "encode_batch", "step_loss", "train_fleet"]
+__all__ = ["FleetRun", "decode_batch", "encode_batch", "start_run", "step_loss", "train_fleet"]

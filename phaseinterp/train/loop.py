@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from phaseinterp.config import ModelConfig
 from phaseinterp.families import FAMILIES, family_of_config, family_of_model
+from phaseinterp.progress import tqdm  # tqdm.auto only with ipywidgets (no TqdmWarning)
 from phaseinterp.families.hf_causal_lm import HFCausalLM, HFModelSpec
 from phaseinterp.measure.provenance import versions
 from phaseinterp.model import HookedCompressedTransformer
@@ -133,12 +133,16 @@ def batch_sums(logits: Tensor, batch: TrainBatch) -> tuple[Tensor, Tensor]:
     return wloss, sums
 
 
-def step_logits(forward, model, batch: TrainBatch, mitigation, offsets) -> tuple[Tensor, Tensor | float]:
+def step_logits(forward, model, batch: TrainBatch, mitigation, offsets, *, unembeds_at: bool | None = None
+                ) -> tuple[Tensor, Tensor | float]:
     """(logits [n, vocab] at the positions with a target, mitigation penalty) of one training
-    batch. Our model unembeds only those positions (`at=`); other models and shifted grids
-    compute every position's logits and drop the rest."""
+    batch. A model whose Backend says it `unembeds_at` (ours) unembeds only those positions (`at=`);
+    other models and shifted grids compute every position's logits and drop the rest.
+    `unembeds_at`: that answer when the caller has it (None: asked of the model's family now)."""
     has_target = batch.targets != IGNORE
-    if offsets is None and isinstance(model, HookedCompressedTransformer):
+    if unembeds_at is None:
+        unembeds_at = family_of_model(model).backend_class().unembeds_at()
+    if offsets is None and unembeds_at:
         return mitigated_forward(lambda tokens: forward(tokens, at=has_target), model, batch.tokens, mitigation, None)
     logits, reg = mitigated_forward(forward, model, batch.tokens, mitigation, offsets)
     return logits[has_target], reg
@@ -252,6 +256,7 @@ def _train(family, model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: 
     model = family.build(model_cfg, tcfg.seed).to(device)  # tokens -> logits (HF models: an HFCausalLM)
     model.train()
     _check_setup(model, tcfg, ctx)
+    unembeds_at = family.backend_class().unembeds_at()
     opt = torch.optim.AdamW(_param_groups(model, tcfg.weight_decay), lr=tcfg.lr, betas=tcfg.betas,
                             weight_decay=tcfg.weight_decay, **adamw_kernel(device))
     start, prior_elapsed, prior_cpu = _begin(model, opt, model_cfg, tcfg, run_dir, resume, ctx, device)
@@ -261,7 +266,7 @@ def _train(family, model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: 
     last_ckpt = None
     bar = tqdm(total=tcfg.steps, initial=start, disable=not progress, desc=name, dynamic_ncols=True)
     for step in range(start, stop):
-        lr, grad_norm, sums = _step(wrapped, model, params, opt, model_cfg, tcfg, step, ctx, device)
+        lr, grad_norm, sums = _step(wrapped, model, params, opt, model_cfg, tcfg, step, ctx, device, unembeds_at)
         log.add(sums, tcfg.batch_size * tcfg.mixture.seq_len)
         done = step + 1
         bar.update(1)
@@ -280,21 +285,24 @@ def _train(family, model_cfg, tcfg, run_dir, resume, stop, progress, name, ctx: 
 
 
 def _check_setup(model, tcfg: TrainConfig, ctx: _Dist) -> None:
-    """Refuse mitigations, compilation and data parallelism where the model's family does not allow them."""
+    """Refuse mitigations, compilation and data parallelism where the model's Backend does not allow them."""
     family, mitigation = family_of_model(model), tcfg.mitigation
+    can = family.backend_class()
     what = f"a model of family {family.name!r} ({type(model).__name__})"
-    if mitigation.active and not family.mitigations:
+    if mitigation.active and not can.trains_with_mitigations():
+        able = [f.name for f in FAMILIES if f.backend is not None and f.recognizes is not None
+                and f.backend_class().trains_with_mitigations()]
         raise ValueError(f"mitigation={mitigation} is invalid for {what}: mitigations act on the compressors of "
-                         f"{[f.name for f in FAMILIES if f.mitigations]}; allowed Mitigation()")
-    if family.mitigations:
+                         f"{able}; allowed Mitigation()")
+    if can.trains_with_mitigations():
         check_mitigation(model, mitigation)
-    if ctx.world > 1 and not family.data_parallel:
+    if ctx.world > 1 and not can.trains_data_parallel():
         raise ValueError(f"data parallel training of {what} is not supported (world size {ctx.world}): allowed with "
                          "one process")
     if mitigation.random_offsets and ctx.world > 1:
         raise ValueError("mitigation.random_offsets=True is not supported with data parallel training "
                          f"(world size {ctx.world}): allowed with one process")
-    if tcfg.compile and (mitigation.active or not family.compile):
+    if tcfg.compile and (mitigation.active or not can.trains_compiled()):
         raise ValueError(f"compile=True is invalid with training-time mitigations or for {what} (their hooks and "
                          "wrappers are not compiled): allowed compile=False")
 
@@ -365,8 +373,8 @@ def compile_forward(module):
     return forward
 
 
-def _step(wrapped, model, params: list, opt, model_cfg, tcfg: TrainConfig, step: int, ctx: _Dist, device
-          ) -> tuple[float, Tensor, Tensor]:
+def _step(wrapped, model, params: list, opt, model_cfg, tcfg: TrainConfig, step: int, ctx: _Dist, device,
+          unembeds_at: bool) -> tuple[float, Tensor, Tensor]:
     """One optimizer step on this process's share of the global batch: (lr, grad norm, sums)."""
     shard = tcfg.batch_size // ctx.world
     full = make_batch(tcfg.mixture, tcfg.seed, step, tcfg.batch_size)
@@ -378,7 +386,7 @@ def _step(wrapped, model, params: list, opt, model_cfg, tcfg: TrainConfig, step:
     offsets = None
     if tcfg.mitigation.random_offsets:
         offsets = draw_offsets(model_cfg.residue_modulus, tcfg.seed, step, tcfg.batch_size)
-    logits, reg = step_logits(wrapped, model, batch, tcfg.mitigation, offsets)
+    logits, reg = step_logits(wrapped, model, batch, tcfg.mitigation, offsets, unembeds_at=unembeds_at)
     wloss, sums = batch_sums(logits, batch)
     # each process adds 1/world of its penalty: DDP's gradient average then equals the mean penalty's
     loss = wloss / max(total_weight, 1e-12) + reg / ctx.world

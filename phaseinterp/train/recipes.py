@@ -89,7 +89,7 @@ def _hf_deepseek_v32(seed: int = 0) -> tuple[HFModelSpec, TrainConfig]:
 
 #: A tiny HuggingFace DeepseekV32ForCausalLM (DeepSeek Sparse Attention: each query attends to the 16 of
 #: its up to 64 tokens its lightning indexer ranks highest; `phaseinterp.families.dsa.tiny_dsa_spec`),
-#: the indexer distilled from the main attention (`backends.dsa_indexer`), on the same mixture, optimizer
+#: the indexer distilled from the main attention (`families.dsa.indexer`), on the same mixture, optimizer
 #: and 2000-step schedule as our models (0.17 s of CPU per step); two seeds (docs/dsa.md).
 RECIPES["hf-deepseek-v32"] = _hf_deepseek_v32
 RECIPES["hf-deepseek-v32-seed1"] = lambda: _hf_deepseek_v32(1)

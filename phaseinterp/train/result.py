@@ -2,8 +2,8 @@
 is built from (`experiments/periodicity`, `experiments/zoo`, `experiments/nsa`).
 
 `sweep_checkpoint(path, card, ...)` runs the sweep of `phaseinterp sweep` on `path` with the card's
-evaluation task (`RecordLookup` with the training vocabulary split, sequence length, records and
-demonstrations), statistics at the model's period P (the lcm of its strides; full attention:
+evaluation task (`task_from_card`: `RecordLookup` with the training vocabulary split, sequence
+length, records and demonstrations, unless the card names another registered task), statistics at the model's period P (the lcm of its strides; full attention:
 `FULL_PERIOD`, the question being whether it shows a period at all); `architecture(model_config)`
 names a card's model in a table.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from phaseinterp.checkpoint import load
 from phaseinterp.measure import phase_sweep
 from phaseinterp.sources import check_card
-from phaseinterp.tasks import RecordLookup
+from phaseinterp.tasks import task_from_card
 
 MODULUS = 8
 FULL_PERIOD = 4
@@ -30,7 +30,7 @@ def sweep_checkpoint(path: Path, card: dict[str, Any], *, n_per_residue: int, ta
     check_card(card, path)
     model = (load(path) if model is None else model).eval()
     task_kwargs = {**card["data"]["eval_task"], "protocol": protocol}
-    task = RecordLookup(**task_kwargs)
+    task = task_from_card(task_kwargs)  # the matched record lookup, unless the card names another task
     batch = task.sample(n_per_residue, modulus, seed=task_seed)
     period = model.cfg.residue_modulus or FULL_PERIOD
     curve = phase_sweep(model, batch, batch_size=batch_size, period=period, progress=False, label=card["name"],
