@@ -25,14 +25,14 @@ def _units(journal: Path) -> int:
 
 
 @contextmanager
-def guarded_out(args: argparse.Namespace) -> Iterator[None]:
-    """Hold `args.out` for the verb's run; set `args.journal` (the journal folder, or None)."""
+def guarded_out(args: argparse.Namespace) -> Iterator[Path | None]:
+    """Hold `args.out` for the verb's run; yields the journal folder of a verb that can resume
+    (`add_guard_args(..., resume=True)`), else None (the CLI hands it to the verb as `args.journal`)."""
     from phaseinterp.measure.outputs import OutputLock
 
     out = Path(args.out)
     if int(os.environ.get("RANK", "0")) != 0:  # torchrun's other processes: rank 0 holds the folder for them all
-        args.journal = None
-        yield
+        yield None
         return
     lock = OutputLock(out, command=f"phaseinterp {args.command}").acquire()
     try:
@@ -59,8 +59,7 @@ def guarded_out(args: argparse.Namespace) -> Iterator[None]:
                                  f"{str(journal)!r}): allowed --resume to continue it"
                                  + (" (this verb cannot resume)" if not getattr(args, "journal_ok", False) else "")
                                  + ", or --overwrite to start over")
-        args.journal = journal if getattr(args, "journal_ok", False) else None
-        yield
+        yield journal if getattr(args, "journal_ok", False) else None
         if result and (out / result).exists():
             shutil.rmtree(journal, ignore_errors=True)
     finally:
