@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     for verb in sub.choices.values():
         verb.add_argument("--debug", action="store_true", help="on error, show the Python traceback")
         verb.set_defaults(journal=None)  # the journal folder of a guarded --out (main), read by the verb's request
+        for name, default in (("result_file", None), ("journal_ok", False), ("overwrite", False)):
+            if verb.get_default(name) is None:  # the guard's settings (`add_guard_args`) of verbs without them
+                verb.set_defaults(**{name: default})
     return parser
 
 
