@@ -93,3 +93,26 @@ def test_no_command_writes_state_onto_args():
                  if (lines := _assigns_onto_args(ast.parse(p.read_text())))}
     assert offenders == {}, f"commands write onto args (build a Request instead): {offenders}"
     assert _assigns_onto_args(ast.parse("args.loaded = 1\nsetattr(args, 'x', 2)\n")) == [1, 2]  # the check sees them
+
+
+def test_options_and_keywords_run_the_same_map():
+    import numpy as np
+    import torch
+
+    from phaseinterp.interventions import planted_model
+    from phaseinterp.tasks import RecordLookup
+
+    torch.set_num_threads(1)
+    model = planted_model(32, stride=4, key_offsets=(0, 2))  # KV head h owns phase key_offsets[h]: real effects
+    task = RecordLookup(vocab_size=32, n_records=6, n_demos=1)
+    batch, calib = task.sample(6, 4, seed=0), task.sample(6, 4, seed=0, split="calibration")
+    by_keywords = knockout_map(model, batch, calib, replacement="zero", n_boot=40, seed=2, progress=False)
+    base = KnockoutOptions(level="head", replacement="mean", n_boot=40, progress=False)
+    by_options = knockout_map(model, batch, calib, options=base, level="kv_head", replacement="zero", seed=2)  # keywords win
+    options_only = knockout_map(model, batch, calib, options=base)
+    np.testing.assert_array_equal(by_keywords.values, by_options.values)
+    np.testing.assert_array_equal(by_keywords.lo, by_options.lo)
+    assert by_keywords.meta["intervention"] == by_options.meta["intervention"]
+    assert np.nanmin(by_keywords.values) <= -50  # a knockout that matters: the comparison is not vacuous
+    assert options_only.dims[1] == "head" and options_only.meta["intervention"]["replacement"] == "mean"
+    assert by_options.meta["seed"] == 2 and options_only.meta["seed"] == 0 and options_only.meta["n_boot"] == 40
