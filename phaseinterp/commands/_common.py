@@ -1,5 +1,9 @@
 """Arguments and helpers shared by the model-and-task commands (sweep, knockout, gates).
 
+A command builds one `Request` from its parsed arguments (the model and its resolved source, the
+task, the journal folder) and hands it to its helpers; nothing is written onto `args`
+(tests/test_entry_points.py checks).
+
 Not a command itself: `phaseinterp/cli.py` skips modules whose name starts with "_"."""
 
 from __future__ import annotations
