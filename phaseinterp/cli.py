@@ -32,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"phaseinterp.commands.{info.name}").register(sub)
     for verb in sub.choices.values():
         verb.add_argument("--debug", action="store_true", help="on error, show the Python traceback")
+        verb.set_defaults(journal=None)  # the journal folder of a guarded --out (main), read by the verb's request
+        for name, default in (("result_file", None), ("journal_ok", False), ("overwrite", False)):
+            if verb.get_default(name) is None:  # the guard's settings (`add_guard_args`) of verbs without them
+                verb.set_defaults(**{name: default})
     return parser
 
 
@@ -72,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             return status
         from phaseinterp.commands._guard import guarded_out
 
-        with guarded_out(args):  # one run per folder; finished folders kept; the journal of long work
-            status = int(args.func(args) or 0)
+        with guarded_out(args) as journal:  # one run per folder; finished folders kept; the journal of long work
+            status = int(args.func(argparse.Namespace(**{**vars(args), "journal": journal})) or 0)
         return status
     except KeyboardInterrupt:
         raise

@@ -10,7 +10,7 @@ import torch
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
-from phaseinterp.backends import HFCausalLMBackend, KVCompression, Replace, Unit, compress_attention, smollm2_backend
+from phaseinterp.backends import HFCausalLMBackend, Replace, Unit
 from phaseinterp.backends.kv_cache import kv_cache_fallback
 from phaseinterp.interventions import Pairing, activation_patching, head_units, knockout_logits, knockout_map
 from phaseinterp.tasks import RecordLookup
@@ -111,12 +111,10 @@ def test_kv_cache_maps_equal_full_forward_maps(kind, task):
 def test_models_without_the_cache_path_fall_back_and_say_why(task):
     batch, calib = task.sample(1, 4, seed=0), task.sample(1, 4, seed=0, split="calibration")
     units = head_units(HFCausalLMBackend(tiny("llama")).cfg, "kv_head")[:2]
-    compressed = compress_attention(tiny("llama"), KVCompression(4, 4, local=4, layers=(1,)))
     sliding = _noisy(Qwen3ForCausalLM(Qwen3Config(**SIZES, head_dim=16, sliding_window=8, max_window_layers=1,
                                                   use_sliding_window=True)))
     gpt2 = _noisy(GPT2LMHeadModel(GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64)))
-    cases = [(smollm2_backend(compressed), r"layers \[1\] run training-free KV compression"),
-             (HFCausalLMBackend(sliding), "sliding-window attention"),
+    cases = [(HFCausalLMBackend(sliding), "sliding-window attention"),
              (HFCausalLMBackend(gpt2), r"model_type 'gpt2' has no final-position KV-cache path: allowed \['llama'")]
     for backend, why in cases:
         assert not backend.incremental_ok()
@@ -131,4 +129,4 @@ def test_models_without_the_cache_path_fall_back_and_say_why(task):
         warnings.simplefilter("ignore")
         m = knockout_map(cases[0][0], batch, calib, layers=[0], n_boot=20, progress=False)
     assert m.meta["intervention"]["path"] == "full_forward"
-    assert "CompressedLlamaAttention" in m.meta["intervention"]["fallback"]
+    assert "sliding-window" in m.meta["intervention"]["fallback"]

@@ -11,6 +11,12 @@ output projection. The layers below L are not rerun. All units of a chunk run as
 one-position forwards through the model's own decoder layers, norm and unembedding, so the result
 equals a full forward with the same edit (tested to 1e-4 on tiny random Llama and Qwen3).
 
+Layers with training-free compression (`kv_compression.compress_attention`) take the same path: the
+base run keeps, through their hook points, only what position t reads (entries that end before t,
+the sink and local keys, the window that closes at t), and their one-position forward is
+`compressed_final.final_position_attention` (called through the same decoder layers, with a
+`CompressedPrefix` as `shared_prefix`).
+
 `HFCausalLMBackend.final_position_run` returns a `KVCacheFinalRun` where `kv_cache_fallback` finds
 nothing against it; otherwise knockout and patching maps fall back to one full forward per unit
 (`method="hooks"`) and record why in the map's meta (`kv_cache_fallback`'s sentence).
@@ -24,12 +30,16 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.compressed_final import CompressedPrefix
+from phaseinterp.backends.kv_compression import compressed_layers
 from phaseinterp.units import check_layers
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
 #: decoders (RoPE from `model.model.rotary_emb`, `model.model.norm`, `lm_head` without soft-capping);
 #: others (Gemma's scaled embeddings and soft-capped logits, GPT-2's learned positions, ...) fall back.
 KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+#: DeepSeek Sparse Attention decoders (`DSABackend`): a fallback with its own reason
+DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 
 
 def kv_cache_fallback(backend: Any) -> str | None:
@@ -37,6 +47,12 @@ def kv_cache_fallback(backend: Any) -> str | None:
     model = backend.model
     hf = getattr(model, "config", None)
     kind = getattr(hf, "model_type", None)
+    if kind in DSA_TYPES:
+        return (f"model_type {kind!r} (DeepSeek Sparse Attention): its lightning indexer picks each query's keys, "
+                "and HF's decoding from a cache selects differently from its full forward (tiny random "
+                "DeepseekV32: logits differ by up to ~1 past index_topk positions), so neither the KV-cache nor "
+                "the decode path equals the full-forward map; a one-query indexer over the prefix's cached "
+                "indexer keys is not written yet")
     if kind not in KV_CACHE_FAMILIES:
         return (f"model_type {kind!r} has no final-position KV-cache path: allowed {list(KV_CACHE_FAMILIES)} "
                 "(plain pre-norm RoPE decoders)")
@@ -45,15 +61,11 @@ def kv_cache_fallback(backend: Any) -> str | None:
             or getattr(backend, "out_name", None) != "o_proj"
             or not all(hasattr(inner, a) for a in ("rotary_emb", "norm")) or not hasattr(model, "lm_head")):
         return "the model is not laid out as model.model.layers[i].self_attn.o_proj with model.model.norm and lm_head"
-    from phaseinterp.backends.kv_compression import compressed_layers
-
-    wrapped = sorted(compressed_layers(model))
-    if wrapped:
-        return (f"layers {wrapped} run training-free KV compression (CompressedLlamaAttention), which reads full "
-                "sequences only and keeps no KV cache")
+    wrapped = compressed_layers(model)  # their one-position forward: `backends.compressed_final`
     # a TransformerLens bridge swaps HF's submodules for its components: the path calls HF's own layers
-    foreign = sorted({f"{type(m).__module__}.{type(m).__name__}" for layer in inner.layers
-                      for m in (layer, layer.self_attn) if not type(m).__module__.startswith("transformers.")})
+    foreign = sorted({f"{type(m).__module__}.{type(m).__name__}" for i, layer in enumerate(inner.layers)
+                      for m in ((layer,) if i in wrapped else (layer, layer.self_attn))
+                      if not type(m).__module__.startswith("transformers.")})
     if foreign:
         return (f"the decoder layers hold modules that are not transformers' own ({', '.join(foreign[:2])}; e.g. a "
                 "TransformerLens bridge's components), which the path cannot call with a shared cache")
@@ -136,6 +148,10 @@ class KVCacheFinalRun:
         n = len(self.layers)
         resid: list[Tensor | None] = [None] * n
         z: list[Tensor | None] = [None] * n
+        # rows sharing a query position t share one prefix (positions < t) per layer
+        groups = [(int(t), (qpos == t).nonzero()[:, 0]) for t in torch.unique(qpos).tolist()]
+        wrapped = compressed_layers(self.model)  # compressed layers keep their prefix through hooks
+        kept: dict[int, dict[int, dict[str, Tensor]]] = {m: {} for m in wrapped}
 
         def keep_resid(m: int):
             def hook(module, args, kwargs):
@@ -153,20 +169,23 @@ class KVCacheFinalRun:
             for m, layer in enumerate(self.layers):
                 handles.append(layer.register_forward_pre_hook(keep_resid(m), with_kwargs=True))
                 handles.append(layer.self_attn.o_proj.register_forward_pre_hook(keep_z(m)))
+                if m in wrapped:
+                    handles += CompressedPrefix.capture(wrapped[m], groups, kept[m])
             with torch.no_grad():
-                out = self.model(input_ids=self.tokens, use_cache=True, logits_to_keep=qpos[:, None])
+                out = self.model(input_ids=self.tokens, use_cache=len(wrapped) < n, logits_to_keep=qpos[:, None])
         finally:
             for h in handles:
                 h.remove()
         self.logits = out.logits[:, 0]
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        kv = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache)
+        cache = (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) if len(wrapped) < n else None
+        kv = ([None] * n if cache is None else
+              [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache))
         self._resid, self._z = resid, z
-        # rows sharing a query position t share one prefix (positions < t) per layer
         self.groups = []
-        for t in torch.unique(qpos).tolist():
-            g_rows = (qpos == t).nonzero()[:, 0]
-            self.groups.append((int(t), g_rows, [(k[g_rows, :, :t], v[g_rows, :, :t]) for k, v in kv]))
+        for i, (t, g_rows) in enumerate(groups):
+            prefix = [CompressedPrefix.build(wrapped[m], t, kept[m][i]) if m in wrapped else
+                      (kv[m][0][g_rows, :, :t], kv[m][1][g_rows, :, :t]) for m in range(n)]
+            self.groups.append((t, g_rows, prefix))
 
     def base_z(self, layer: int) -> Float[Tensor, "batch head d_head"]:
         """Base head outputs of `layer` at each row's query position."""

@@ -50,9 +50,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
+
+from phaseinterp.backends.compressed_final import _rope, _rotate_half, final_position_attention
 
 RULES = ("mean", "score", "evict")
 ANCHORS = ("post", "first", "centre", "last")
@@ -119,16 +122,6 @@ class KVCompression:
         return {**asdict(self), "layers": None if self.layers is None else list(self.layers)}
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x [batch, n, heads, d] rotated by cos/sin [batch or 1, n, d]."""
-    return x * cos[:, :, None] + _rotate_half(x) * sin[:, :, None]
-
-
 class _Branch(nn.Module):
     """One compressor branch's hook points (`compress_k` / `compress_v`)."""
 
@@ -142,8 +135,9 @@ class CompressedLlamaAttention(nn.Module):
     """Drop-in replacement of a Llama-family attention module (see the module docstring).
 
     Shares `q_proj`, `k_proj`, `v_proj`, `o_proj` with the module it replaces (same parameters,
-    same state_dict names); keeps the original for `restore_attention`. Full-sequence forwards only
-    (no KV cache: call the model with `use_cache=False`).
+    same state_dict names); keeps the original for `restore_attention`. Full-sequence forwards only:
+    a prefill may pass a KV cache (left alone), decoding from one raises. With `shared_prefix` (a
+    `compressed_final.CompressedPrefix`) it recomputes one position instead (the final-position path).
     """
 
     def __init__(self, original: nn.Module, spec: KVCompression, rotary: nn.Module) -> None:
@@ -176,55 +170,187 @@ class CompressedLlamaAttention(nn.Module):
             a[:, :, self.spec.kept_offset] = 1.0
             return a
         q_end = q_rot[:, windows[:, -1]].unflatten(2, (n_kv, self.group))  # [b, n, kv, g, d]
-        keys = k_rot[:, windows]  # [b, n, W, kv, d]
-        scores = torch.einsum("bnkgd,bnwkd->bnkgw", q_end, keys) * self.scaling
+        keys = _windows(k_rot, self.spec, n)  # [b, n, kv, d, W], a view
+        scores = torch.einsum("bnkgd,bnkdw->bnkgw", q_end, keys) * self.scaling
         return scores.softmax(-1).mean(3).permute(0, 1, 3, 2)
 
-    def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
-                attention_mask: Tensor | None = None, cache: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
-        if cache is not None or kwargs.get("past_key_values") is not None:
-            raise ValueError("a compressed layer runs full sequences only: call the model with use_cache=False")
-        spec, d = self.spec, self.head_dim
-        b, T, _ = hidden_states.shape
-        q = self.q_proj(hidden_states).view(b, T, -1, d)
-        k = self.hook_k(self.k_proj(hidden_states).view(b, T, -1, d))
-        v = self.hook_v(self.v_proj(hidden_states).view(b, T, -1, d))
-        cos, sin = position_embeddings
-        q_rot, k_rot = _rope(q, cos, sin), _rope(k, cos, sin)
-        n_kv = k.shape[2]
+    def entries(self, q_rot: Tensor, k: Tensor, k_rot: Tensor, v: Tensor, cos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(rotated key entries, value entries, window ends) of every complete window, through the
+        compressor hook points. Windows are strided views (`unfold`), never copied per window."""
+        spec = self.spec
+        T = k.shape[1]
         n = spec.n_entries(T)
-        dev = hidden_states.device
-        windows = (torch.arange(n, device=dev)[:, None] * spec.stride + torch.arange(spec.window, device=dev))
+        dev = k.device
+        windows = torch.arange(n, device=dev)[:, None] * spec.stride + torch.arange(spec.window, device=dev)
         a = self.pool_weights(q_rot, k_rot, windows)
         # branch order k then v (gate, then entries): the order nnsight must visit them in
         pooled_from = k_rot if spec.anchor == "post" else k
         a_k = self.compress_k.hook_gate(a)
-        k_ent = self.compress_k.hook_out(torch.einsum("bnwk,bnwkd->bnkd", a_k, pooled_from[:, windows]))
+        k_ent = self.compress_k.hook_out(torch.einsum("bnwk,bnkdw->bnkd", a_k, _windows(pooled_from, spec, n)))
         a_v = self.compress_v.hook_gate(a.clone())
-        v_ent = self.compress_v.hook_out(torch.einsum("bnwk,bnwkd->bnkd", a_v, v[:, windows]))
+        v_ent = self.compress_v.hook_out(torch.einsum("bnwk,bnkdw->bnkd", a_v, _windows(v, spec, n)))
         if spec.anchor != "post":
-            shift = {"first": 0.0, "centre": (spec.window - 1) / 2, "last": float(spec.window - 1)}[spec.anchor]
-            anchor = windows[:, 0].to(cos.dtype) + shift
-            k_ent = _rope(k_ent, *self._cos_sin(k_ent, anchor))
-        k_ent = self.hook_rot_entries(k_ent)
-        # joint key axis: n entries, then local slot i = position t - L + 1 + i
-        L = spec.local
-        t = torch.arange(T, device=dev)
-        local_pos = t[:, None] - L + 1 + torch.arange(L, device=dev)
-        sink_pos = torch.arange(spec.sink, device=dev).expand(T, -1)  # shown only when outside the local window
-        mask = torch.cat([(windows[:, -1][None] <= t[:, None]), sink_pos < t[:, None] - L + 1, local_pos >= 0], 1)
-        lp = torch.cat([sink_pos, local_pos], 1).clamp(min=0)  # [T, sink + L] exact slots
-        qg = q_rot.unflatten(2, (n_kv, self.group))  # [b, T, kv, g, d]
-        s_ent = torch.einsum("btkgd,bnkd->bkgtn", qg, k_ent)
-        s_loc = torch.einsum("btkgd,btlkd->bkgtl", qg, k_rot[:, lp])
-        scores = (torch.cat([s_ent, s_loc], -1) * self.scaling).flatten(1, 2)  # [b, head, T, n + L]
-        scores = scores.masked_fill(~mask, float("-inf"))
-        # a query that sees nothing (local=0, before the first window completes) attends to nothing
-        pattern = self.hook_pattern(scores.softmax(-1).nan_to_num(0.0))
-        p_ent, p_loc = pattern[..., :n].unflatten(1, (n_kv, self.group)), pattern[..., n:].unflatten(1, (n_kv, self.group))
-        z = torch.einsum("bkgtn,bnkd->btkgd", p_ent, v_ent) + torch.einsum("bkgtl,btlkd->btkgd", p_loc, v[:, lp])
-        z = self.hook_z(z.flatten(2, 3))
+            k_ent = _rope(k_ent, *self._cos_sin(k_ent, windows[:, 0].to(cos.dtype) + self.anchor_shift))
+        return self.hook_rot_entries(k_ent), v_ent, windows[:, -1]
+
+    @property
+    def anchor_shift(self) -> float:
+        """Where a pooled key is rotated, relative to its window's start (`first`/`centre`/`last`)."""
+        return {"post": 0.0, "first": 0.0, "centre": (self.spec.window - 1) / 2,
+                "last": float(self.spec.window - 1)}[self.spec.anchor]
+
+    def forward(self, hidden_states: Tensor, position_embeddings: tuple[Tensor, Tensor] | None = None,
+                attention_mask: Tensor | None = None, cache: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        if kwargs.get("shared_prefix") is not None:  # the final-position path (`backends.kv_cache`)
+            return final_position_attention(self, hidden_states, position_embeddings, kwargs["shared_prefix"])
+        pos_ids = kwargs.get("position_ids")
+        decoding = pos_ids is not None and int(pos_ids.reshape(-1)[0]) != 0
+        if decoding:
+            # a prefill with a cache is fine (the cache is left alone: the final-position path keeps
+            # what it needs through the hook points); decoding from it is not
+            raise ValueError("a compressed layer runs full sequences only: call the model with use_cache=False")
+        d = self.head_dim
+        b, T, _ = hidden_states.shape
+        cos, sin = position_embeddings
+        # head-major [b, heads, T, d] like HF's attention (the projection's own output is freed here)
+        q_rot = _rope_heads(self.q_proj(hidden_states).view(b, T, -1, d), cos, sin)
+        k = self.hook_k(self.k_proj(hidden_states).view(b, T, -1, d))
+        v = self.hook_v(self.v_proj(hidden_states).view(b, T, -1, d))
+        k_rot = _rope_heads(k, cos, sin)
+        k_ent, v_ent, ends = self.entries(q_rot.transpose(1, 2), k, k_rot.transpose(1, 2), v, cos)
+        L, n_sink, K = self.spec.local, self.spec.sink, k.shape[2]
+        vT = v.transpose(1, 2)
+        sink_k, sink_v = _pad_to(k_rot[:, :, :n_sink], n_sink), _pad_to(vT[:, :, :n_sink], n_sink)
+        kp = _band_layout(k_rot, L)
+        del k, k_rot  # each tensor is dropped once read: the peak stays near the uncompressed layer's
+        p = self._pattern(q_rot.view(b, K, self.group, T, d), kp, sink_k, k_ent.transpose(1, 2), ends)
+        del q_rot, kp
+        z = self._mix(p, _band_layout(vT, L), sink_v, v_ent.transpose(1, 2))
+        del p
+        z = self.hook_z(z.view(b, T, -1, d))  # [b, T, head, d]
         return self.o_proj(z.reshape(b, T, -1)), None
+
+    def _chunk(self) -> tuple[int, int]:
+        """(queries per chunk, band block): chunks of ~64 queries, a multiple of the local window L
+        so that band blocks never straddle two chunks."""
+        step = max(self.spec.local, 1)
+        return max(1, 64 // step) * step, step
+
+    def _pattern(self, q: Float[Tensor, "batch kv_head group pos d_head"], kp: Float[Tensor, "batch kv_head key d_head"],
+                 sink_k: Float[Tensor, "batch kv_head sink d_head"], ke: Float[Tensor, "batch kv_head entry d_head"],
+                 ends: Int[Tensor, " entry"]) -> Float[Tensor, "batch kv_head group pos key"]:
+        """One joint softmax per query over entries, sink and local keys (`hook_pattern`'s layout;
+        the hook applied). Written chunk by chunk of queries into one buffer, softmax in place: no
+        [pos, keys] temporary of the whole sequence besides the pattern the hook contract asks for;
+        the local window is read through blocks (`_band_scores`), never gathered."""
+        b, K, G, T, _ = q.shape
+        L, n_sink, n = self.spec.local, self.spec.sink, len(ends)
+        dev = q.device
+        chunk, step = self._chunk()
+        ke, sink_k = ke[:, :, None], sink_k[:, :, None]  # [b, kv, 1, n, d]: broadcast over the group
+        pattern = q.new_empty(b, K, G, T, n + n_sink + L)  # joint key axis: entries, sink slots, local slots
+        for s in range(0, T, chunk):
+            e = min(s + chunk, T)
+            qc, out, t = q[:, :, :, s:e], pattern[:, :, :, s:e], torch.arange(s, e, device=dev)
+            cp = -(-(e - s) // step) * step
+            out[..., :n] = qc @ ke.transpose(-1, -2)
+            if n_sink:
+                out[..., n:n + n_sink] = qc @ sink_k.transpose(-1, -2)
+            out[..., n + n_sink:] = _band_scores(qc, kp[:, :, s:s + cp + L], L)
+            seen = torch.cat([ends[None] <= t[:, None],
+                              torch.arange(n_sink, device=dev)[None] < t[:, None] - L + 1,  # outside the local window
+                              t[:, None] - L + 1 + torch.arange(L, device=dev) >= 0], 1)
+            out.mul_(self.scaling).masked_fill_(~seen, float("-inf"))
+            # softmax in place; a query that sees nothing (local=0, before the first window) attends to nothing
+            out.sub_(out.amax(-1, keepdim=True)).exp_().nan_to_num_(0.0)
+            out.div_(out.sum(-1, keepdim=True).clamp_(min=torch.finfo(out.dtype).tiny))
+        return self.hook_pattern(pattern.view(b, K * G, T, -1)).view(b, K, G, T, -1)
+
+    def _mix(self, p: Float[Tensor, "batch kv_head group pos key"], vp: Float[Tensor, "batch kv_head key d_head"],
+             sink_v: Float[Tensor, "batch kv_head sink d_head"], ve: Float[Tensor, "batch kv_head entry d_head"]
+             ) -> Float[Tensor, "batch pos kv_head group d_head"]:
+        """The pattern's weighted values, chunk by chunk, in the layout `hook_z` reads."""
+        b, K, G, T, _ = p.shape
+        L, n_sink, n = self.spec.local, self.spec.sink, ve.shape[2]
+        chunk, step = self._chunk()
+        ve, sink_v = ve[:, :, None], sink_v[:, :, None]
+        z = p.new_empty(b, T, K, G, ve.shape[-1])
+        for s in range(0, T, chunk):
+            e = min(s + chunk, T)
+            pc = p[:, :, :, s:e]
+            cp = -(-(e - s) // step) * step
+            acc = pc[..., :n] @ ve  # chunk-sized temporaries, accumulated in place
+            if n_sink:
+                acc += pc[..., n:n + n_sink] @ sink_v
+            if L:
+                acc += _band_values(pc[..., n + n_sink:], vp[:, :, s:s + cp + L], L)
+            z[:, s:e] = acc.permute(0, 3, 1, 2, 4)
+        return z
+
+
+def _band_layout(x: Float[Tensor, "batch kv_head pos d_head"], L: int) -> Float[Tensor, "batch kv_head key d_head"]:
+    """x with L zero positions in front and padded to a multiple of L: index i holds position i - L."""
+    return F.pad(x, (0, 0, L, -x.shape[2] % max(L, 1)))
+
+
+def _rope_heads(x: Float[Tensor, "batch pos heads d_head"], cos: Tensor, sin: Tensor
+                ) -> Float[Tensor, "batch heads pos d_head"]:
+    """x rotated at its positions (cos/sin [batch or 1, pos, d]), head-major and contiguous; one
+    copy of x and one temporary."""
+    xt = x.transpose(1, 2).contiguous()
+    r = _rotate_half(xt).mul_(sin[:, None])
+    return xt.mul_(cos[:, None]).add_(r)
+
+
+def _windows(x: Float[Tensor, "batch pos kv_head d_head"], spec: KVCompression, n: int
+             ) -> Float[Tensor, "batch entry kv_head d_head offset"]:
+    """The n complete windows of x as a strided view (no copy when S = W or the windows overlap)."""
+    if n == 0:
+        return x.new_zeros(x.shape[0], 0, *x.shape[2:], spec.window)
+    return x[:, : (n - 1) * spec.stride + spec.window].unfold(1, spec.window, spec.stride)
+
+
+def _pad_to(x: Tensor, n: int) -> Tensor:
+    """x [..., m, d] padded with zeros to n positions (sink slots past the sequence: masked)."""
+    return x if x.shape[-2] >= n else F.pad(x, (0, 0, 0, n - x.shape[-2]))
+
+
+def _band_scores(q: Float[Tensor, "batch kv_head group pos d_head"], k: Float[Tensor, "batch kv_head key d_head"],
+                 L: int) -> Float[Tensor, "batch kv_head group pos slot"]:
+    """Scores of each query t (c of them, from a start s that is a multiple of L) against
+    positions t - L + 1 .. t, slot i = position t - L + 1 + i. `k` holds positions s - L ..
+    s + ceil(c / L) * L - 1 (zeros before 0: masked by the caller). Blocks of L queries read
+    their own block and the one before: one batched matmul, 2L keys per query, no gather of keys."""
+    b, K, G, c, d = q.shape
+    if L == 0:
+        return q.new_zeros(b, K, G, c, 0)
+    nb = k.shape[2] // L - 1
+    qb = F.pad(q, (0, 0, 0, nb * L - c)).view(b, K, G, nb, L, d).transpose(2, 3).reshape(b, K, nb, G * L, d)
+    kb = k.reshape(b, K, nb + 1, L, d)
+    keys = torch.cat([kb[:, :, :-1], kb[:, :, 1:]], 3)  # block i: positions s + (i-1)L .. s + (i+1)L - 1
+    sc = (qb @ keys.transpose(-1, -2)).view(b, K, nb, G, L, 2 * L)
+    sc = sc.gather(-1, _band_index(L, q.device).expand(b, K, nb, G, L, L))
+    return sc.transpose(2, 3).reshape(b, K, G, nb * L, L)[:, :, :, :c]
+
+
+def _band_index(L: int, device: torch.device) -> Tensor:
+    """Query offset r in its block, slot i -> column r + 1 + i of the block's 2L keys."""
+    return torch.arange(L, device=device)[:, None] + 1 + torch.arange(L, device=device)
+
+
+def _band_values(p: Float[Tensor, "batch kv_head group pos slot"], v: Float[Tensor, "batch kv_head key d_head"],
+                 L: int) -> Float[Tensor, "batch kv_head group pos d_head"]:
+    """sum_i p[..., i] * v[t - L + 1 + i], `v` laid out as `_band_scores`'s `k`."""
+    b, K, G, c, _ = p.shape
+    if L == 0:
+        return p.new_zeros(b, K, G, c, v.shape[-1])
+    nb = v.shape[2] // L - 1
+    vb = v.reshape(b, K, nb + 1, L, -1)
+    band_v = torch.cat([vb[:, :, :-1], vb[:, :, 1:]], 3)  # [b, K, nb, 2L, d]
+    pb = F.pad(p, (0, 0, 0, nb * L - c)).view(b, K, G, nb, L, L).transpose(2, 3)  # [b, K, nb, G, L, L]
+    full = pb.new_zeros(b, K, nb, G, L, 2 * L).scatter_(-1, _band_index(L, p.device).expand(b, K, nb, G, L, L), pb)
+    out = full.view(b, K, nb, G * L, 2 * L) @ band_v  # [b, K, nb, G * L, d]
+    return out.view(b, K, nb, G, L, -1).transpose(2, 3).reshape(b, K, G, nb * L, -1)[:, :, :, :c]
 
 
 def _layers(model: nn.Module) -> nn.ModuleList:

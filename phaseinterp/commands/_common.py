@@ -1,12 +1,17 @@
 """Arguments and helpers shared by the model-and-task commands (sweep, knockout, gates).
 
+A command builds one `Request` from its parsed arguments (the model and its resolved source, the
+task, the journal folder) and hands it to its helpers; nothing is written onto `args`
+(tests/test_entry_points.py checks).
+
 Not a command itself: `phaseinterp/cli.py` skips modules whose name starts with "_"."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -80,10 +85,9 @@ def add_period_arg(p: argparse.ArgumentParser, help: str) -> None:
                    help="deprecated name of --period")
 
 
-def card_task(args: argparse.Namespace) -> dict[str, Any]:
-    """The matched evaluation task of the model's card (`data.eval_task`; the card `load_model`
-    resolved with the source, or `--card`), or {} without a card."""
-    loaded = getattr(args, "loaded", None)
+def card_task(args: argparse.Namespace, loaded: Any = None) -> dict[str, Any]:
+    """The matched evaluation task of the model's card (`data.eval_task`; the card of the resolved
+    source `loaded`, or `--card`), or {} without a card."""
     if loaded is not None:
         task = loaded.eval_task
     elif args.card is not None:
@@ -97,9 +101,8 @@ def card_task(args: argparse.Namespace) -> dict[str, Any]:
     return task or {}
 
 
-def _card_modulus(args: argparse.Namespace) -> int | None:
+def _card_modulus(loaded: Any) -> int | None:
     """The residue modulus of the card's phase curve (`phase_curve.task.modulus`), or None."""
-    loaded = getattr(args, "loaded", None)
     card = (loaded.card if loaded is not None else None) or {}
     modulus = (card.get("phase_curve") or {}).get("task", {}).get("modulus")
     return modulus if isinstance(modulus, int) and modulus > 0 else None
@@ -120,12 +123,26 @@ def check_device(device: str) -> None:
                              + (f" or cuda:0..cuda:{n - 1}" if n else ""))
 
 
-def load_model(args: argparse.Namespace):
-    """What the command runs on, in eval mode: `HookedCompressedTransformer(preset(NAME), seed=SEED)`,
-    or the model source CHECKPOINT resolved once (`phaseinterp.sources.resolve_source`: a checkpoint
-    file, a training-run folder, a HuggingFace model folder or a shipped model's name) into what its family runs
-    experiments on (ours as is; HF models behind their backend, DeepSeek-V4 with gates). The
-    resolved source (with its card) is kept as `args.loaded` for the task defaults."""
+@dataclass(frozen=True)
+class Loaded:
+    """What a command runs on: the model (eval mode; HF models behind their backend) and the
+    resolved source it came from (`sources.LoadedModel`, with its card), None for `--preset`."""
+
+    model: Any
+    source: Any = None
+
+    @classmethod
+    def of(cls, got: Any) -> "Loaded":
+        """`got` itself when a `Loaded`, else a bare model without a source (a loader stood in by a test)."""
+        return got if isinstance(got, Loaded) else cls(got)
+
+
+def load_source(args: argparse.Namespace) -> Loaded:
+    """`HookedCompressedTransformer(preset(NAME), seed=SEED)`, or the model source CHECKPOINT
+    resolved once (`phaseinterp.sources.resolve_source`: a checkpoint file, a training-run folder, a
+    HuggingFace model folder or a shipped model's name) into what its family runs experiments on
+    (ours as is; HF models behind their backend, DeepSeek-V4 with gates), with the resolved source
+    (its card sets the task defaults)."""
     if (args.checkpoint is None) == (args.preset is None):
         raise ValueError("give a CHECKPOINT path or --preset NAME (exactly one)")
     import torch
@@ -135,19 +152,25 @@ def load_model(args: argparse.Namespace):
     check_device(args.device)
     torch.set_num_threads(max(1, args.threads))
     if args.preset:
-        return HookedCompressedTransformer(preset(args.preset), seed=args.seed).to(args.device).eval()
+        return Loaded(HookedCompressedTransformer(preset(args.preset), seed=args.seed).to(args.device).eval())
     from phaseinterp.sources import resolve_source
 
-    args.loaded = resolve_source(args.checkpoint, args.device, card=args.card)
-    return args.loaded.runnable()
+    loaded = resolve_source(args.checkpoint, args.device, card=args.card)
+    return Loaded(loaded.runnable(), loaded)
 
 
-def source(args: argparse.Namespace) -> dict[str, Any]:
+def load_model(args: argparse.Namespace):
+    """The model of `load_source` alone (its card then reaches `make_task` only through `--card`)."""
+    return load_source(args).model
+
+
+def source_of(args: argparse.Namespace, loaded: Any = None, task_card: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The provenance a command records: the checkpoint (and the weights file it resolved to) or the
+    preset, and the task's card."""
     src = {"checkpoint": str(args.checkpoint)} if args.checkpoint else {"preset": args.preset, "init_seed": args.seed}
-    loaded = getattr(args, "loaded", None)
     if loaded is not None and loaded.path != Path(args.checkpoint):
         src["weights"] = str(loaded.path)
-    return {**src, "task": getattr(args, "task_kwargs", None)}
+    return {**src, "task": task_card}
 
 
 def model_label(args: argparse.Namespace) -> str:
@@ -155,12 +178,55 @@ def model_label(args: argparse.Namespace) -> str:
         f"{args.preset} (seed {args.seed})"
 
 
+@dataclass(frozen=True)
+class Request:
+    """One run of a model-and-task command, built once from its parsed arguments and handed to its
+    helpers (instead of state written onto `args`): the model and its resolved source, the task and
+    its modulus, the task's card (provenance) and the journal folder of a guarded `--out`.
+
+    Example:
+        >>> request = Request.build(args)  # doctest: +SKIP
+        >>> batch = request.sample(args.n_per_residue)  # doctest: +SKIP
+    """
+
+    args: argparse.Namespace  # the parsed command line, read only
+    model: Any
+    loaded: Any  # sources.LoadedModel, or None for --preset
+    task: Any
+    modulus: int
+    task_card: dict[str, Any]
+    journal: Path | None = None
+
+    @classmethod
+    def build(cls, args: argparse.Namespace, load: Callable[[argparse.Namespace], Any] = load_source) -> "Request":
+        """Load the model (`load(args)`: a `Loaded`, or a bare model without a source) and make the
+        task from the arguments and the card."""
+        loaded = Loaded.of(load(args))
+        task, modulus, card = task_for(args, loaded.model, loaded.source)
+        return cls(args, loaded.model, loaded.source, task, modulus, card, args.journal)
+
+    def sample(self, n_per_residue: int, **kw: Any):
+        """`task.sample(n_per_residue, modulus, seed=--task-seed, **kw)`."""
+        return self.task.sample(n_per_residue, self.modulus, seed=self.args.task_seed, **kw)
+
+    def source(self) -> dict[str, Any]:
+        return source_of(self.args, self.loaded, self.task_card)
+
+    @property
+    def label(self) -> str:
+        return model_label(self.args)
+
+    def journal_for(self, name: str) -> Path | None:
+        """The journal folder of one map (or sweep) under OUT/.journal, or None outside a guarded run."""
+        return None if self.journal is None else Path(self.journal) / name
+
+
 def task_options(args: argparse.Namespace) -> dict[str, Any]:
     """`--task-option KEY=VALUE` pairs as a dict (values parsed as JSON when they parse)."""
     import json
 
     out: dict[str, Any] = {}
-    for item in getattr(args, "task_option", None) or []:
+    for item in args.task_option:
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--task-option {item!r} is invalid: allowed KEY=VALUE")
@@ -171,17 +237,25 @@ def task_options(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def make_task(args: argparse.Namespace, model):
-    """(task, modulus) from the arguments, defaults from the checkpoint's card (its matched
-    evaluation task: vocabulary split, records, demonstrations, length) when there is one;
-    raises ValueError when the prompts do not fit. `--task` names a record-lookup variant (the
-    historical path, unchanged), or any task of the protocol (`phaseinterp.tasks.make_task`: a
-    registered name or module:Attr) built with `--task-option`s over the card's options."""
+def make_task(args: argparse.Namespace, model, loaded: Any = None):
+    """(task, modulus) from the arguments, defaults from the checkpoint's card (`loaded`'s, else
+    `--card`; see `task_for`)."""
+    task, modulus, _ = task_for(args, model, loaded)
+    return task, modulus
+
+
+def task_for(args: argparse.Namespace, model, loaded: Any = None) -> tuple[Any, int, dict[str, Any]]:
+    """(task, modulus, the task's card for the provenance) from the arguments, defaults from the
+    checkpoint's card (its matched evaluation task: vocabulary split, records, demonstrations,
+    length) when there is one; raises ValueError when the prompts do not fit. `--task` names a
+    record-lookup variant (the historical path, unchanged), or any task of the protocol
+    (`phaseinterp.tasks.make_task`: a registered name or module:Attr) built with `--task-option`s
+    over the card's options."""
     from phaseinterp.tasks import default_modulus
     from phaseinterp.tasks.names import VARIANTS
 
     cfg = model.cfg
-    measured = _card_modulus(args)  # the modulus the card's phase curve was measured at (models, the API example)
+    measured = _card_modulus(loaded)  # the modulus the card's phase curve was measured at (models, the API example)
     if args.modulus is None and measured:
         modulus = measured
     elif args.modulus is None:
@@ -191,30 +265,33 @@ def make_task(args: argparse.Namespace, model):
             raise ValueError("the model has full attention (no strides): give --modulus R") from None
     else:
         modulus = args.modulus
-    card = card_task(args)
+    card = card_task(args, loaded)
     options = task_options(args)
     name = args.task if args.task is not None else card.get("task", "lookup")
     if name in VARIANTS or name == "record_lookup":
-        return _record_lookup(args, cfg, card, options, name if name in VARIANTS else options.pop("variant", "lookup"),
-                              modulus), modulus
+        task, task_card = _record_lookup(args, cfg, card, options,
+                                         name if name in VARIANTS else options.pop("variant", "lookup"), modulus)
+        return task, modulus, task_card
     from phaseinterp.tasks import make_task as build
 
     own = card if card.get("task") == name else {}  # the card's options describe this task
-    given = {k: getattr(args, k) for k in ("n_records", "n_demos", "protocol", "seq_len") if getattr(args, k) is not None}
+    flags = vars(args)
+    given = {k: flags[k] for k in ("n_records", "n_demos", "protocol", "seq_len") if flags[k] is not None}
     task = build(name, **{**{k: v for k, v in own.items() if k != "task"}, **given, **options})
     seq_len = task.sample(1, modulus, seed=args.task_seed).tokens.shape[1]
     if seq_len > cfg.n_ctx:
         raise ValueError(f"prompts of {seq_len} tokens exceed the model's n_ctx={cfg.n_ctx}; choose a shorter task")
-    args.task_kwargs = {**task.card(), "from_card": bool(own)}
-    return task, modulus
+    return task, modulus, {**task.card(), "from_card": bool(own)}
 
 
 def _record_lookup(args: argparse.Namespace, cfg, card: dict[str, Any], options: dict[str, Any], variant: str,
-                   modulus: int):
-    """The record lookup of `--task VARIANT`, defaults from the card (the historical `make_task`)."""
+                   modulus: int) -> tuple[Any, dict[str, Any]]:
+    """(the record lookup of `--task VARIANT`, its settings for the provenance), defaults from the
+    card (the historical `make_task`)."""
     from phaseinterp.tasks import RecordLookup
 
-    pick = lambda name, default: getattr(args, name) if getattr(args, name) is not None else card.get(name, default)  # noqa: E731
+    given = vars(args)
+    pick = lambda name, default: given[name] if given[name] is not None else card.get(name, default)  # noqa: E731
     kwargs = dict(vocab_size=card.get("vocab_size", cfg.vocab_size), n_records=pick("n_records", 64),
                   n_demos=pick("n_demos", 8), protocol=pick("protocol", "prefix"), seq_len=pick("seq_len", None))
     kwargs.update(options)
@@ -225,8 +302,7 @@ def _record_lookup(args: argparse.Namespace, cfg, card: dict[str, Any], options:
     if seq_len > cfg.n_ctx:
         raise ValueError(f"prompts of {seq_len} tokens exceed the model's n_ctx={cfg.n_ctx}; "
                          "lower --n-records, --n-demos or --modulus")
-    args.task_kwargs = {**kwargs, "variant": variant, "from_card": bool(card)}
-    return task
+    return task, {**kwargs, "variant": variant, "from_card": bool(card)}
 
 
 def write_json(path: Path, obj: Any) -> Path:

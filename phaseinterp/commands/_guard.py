@@ -25,14 +25,15 @@ def _units(journal: Path) -> int:
 
 
 @contextmanager
-def guarded_out(args: argparse.Namespace) -> Iterator[None]:
-    """Hold `args.out` for the verb's run; set `args.journal` (the journal folder, or None)."""
+def guarded_out(args: argparse.Namespace) -> Iterator[Path | None]:
+    """Hold `args.out` for the verb's run (the guard's settings: `add_guard_args`, defaults for verbs
+    without them set by `cli.build_parser`); yields the journal folder of a verb that can resume
+    (`add_guard_args(..., resume=True)`), else None (the CLI hands it to the verb as `args.journal`)."""
     from phaseinterp.measure.outputs import OutputLock
 
     out = Path(args.out)
     if int(os.environ.get("RANK", "0")) != 0:  # torchrun's other processes: rank 0 holds the folder for them all
-        args.journal = None
-        yield
+        yield None
         return
     lock = OutputLock(out, command=f"phaseinterp {args.command}").acquire()
     try:
@@ -41,9 +42,9 @@ def guarded_out(args: argparse.Namespace) -> Iterator[None]:
         for tmp in out.glob(".*.tmp-*"):  # half-written files of a killed run (ours to remove: we hold the lock)
             if not tmp.name.startswith(".lock"):
                 tmp.unlink(missing_ok=True)
-        result = getattr(args, "result_file", None)
+        result = args.result_file
         journal = out / JOURNAL
-        overwrite, resume = getattr(args, "overwrite", False), getattr(args, "journal_ok", False) and args.resume
+        overwrite, resume = args.overwrite, args.journal_ok and args.resume
         if result and (out / result).exists():
             if not overwrite:
                 raise ValueError(f"--out {str(out)!r} holds a finished run ({result} exists): allowed --overwrite to "
@@ -57,10 +58,9 @@ def guarded_out(args: argparse.Namespace) -> Iterator[None]:
             elif not resume:
                 raise ValueError(f"--out {str(out)!r} holds the journal of an unfinished run ({n} finished units in "
                                  f"{str(journal)!r}): allowed --resume to continue it"
-                                 + (" (this verb cannot resume)" if not getattr(args, "journal_ok", False) else "")
+                                 + (" (this verb cannot resume)" if not args.journal_ok else "")
                                  + ", or --overwrite to start over")
-        args.journal = journal if getattr(args, "journal_ok", False) else None
-        yield
+        yield journal if args.journal_ok else None
         if result and (out / result).exists():
             shutil.rmtree(journal, ignore_errors=True)
     finally:

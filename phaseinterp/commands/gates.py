@@ -7,8 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
-                                          write_csv, write_json, add_guard_args)
+from phaseinterp.commands._common import (Loaded, Request, add_guard_args, add_model_args, add_task_args, model_label, write_csv,
+                                          write_json)
+from phaseinterp.commands._common import load_source as load_model  # the loader (tests may stand a model in for it)
 
 DESCRIPTION = """Gate analysis of a compressed model on record lookup. Writes OUT/gate_stats.{csv,json},
 OUT/gate_profiles.csv, OUT/gate_plane.html, OUT/gate_profiles.html, OUT/cycling.{json,csv,html},
@@ -60,23 +61,26 @@ def dynamics_paths(args: argparse.Namespace) -> list[Path]:
     return sorted(files, key=lambda f: checkpoint_step(f, 10**12))
 
 
-def _journal(args: argparse.Namespace) -> Path | None:
-    """The gate-cycling journal under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
-    folder = getattr(args, "journal", None)
-    return None if folder is None else Path(folder) / "cycling"
+def attribution_options(args: argparse.Namespace):
+    """Gate attribution's settings from the command line: the `AttributionOptions` that
+    `gate_attribution(..., options=...)` takes."""
+    from phaseinterp.interventions import AttributionOptions
+
+    return AttributionOptions(override=args.override, mode=args.mode, layers=args.layers, max_rows=args.max_rows,
+                              progress=not args.no_progress)
 
 
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     from phaseinterp.analysis import gate_dynamics, gate_profiles, gate_statistics
     from phaseinterp.interventions import compressors, gate_attribution, gate_cycling
 
-    model = load_model(args)
-    if not model.cfg.strides:
+    loaded = Loaded.of(load_model(args))
+    if not loaded.model.cfg.strides:
         raise ValueError("the model has no compressed layers: nothing to analyse (gates exist only in compressed layers)")
-    task, modulus = make_task(args, model)
-    batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
+    request = Request.build(args, lambda _: loaded)
+    model, modulus, batch = request.model, request.modulus, request.sample(args.n_per_residue)
     tokens = batch.tokens.to(args.device)
-    out: dict[str, Any] = {"model": model, "batch": batch,
+    out: dict[str, Any] = {"model": model, "batch": batch, "request": request,
                            "stats": gate_statistics(model, tokens, layers=args.layers),
                            "profiles": gate_profiles(model, tokens, layers=args.layers)}
     if not args.no_cycling:
@@ -92,12 +96,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             if modulus % S:
                 continue
             out["cycling"] += gate_cycling(model, batch, args.deltas, layers=layers, n_boot=args.n_boot,
-                                           seed=args.task_seed, progress=not getattr(args, "no_progress", False),
-                                           resume=_journal(args))
+                                           seed=args.task_seed, progress=not args.no_progress,
+                                           resume=request.journal_for("cycling"))
     if not args.no_attribution and any(c.kind.learned for _, _, c in compressors(model, args.layers)):
-        out["attribution"] = gate_attribution(model, batch, override=args.override, mode=args.mode,
-                                              layers=args.layers, max_rows=args.max_rows,
-                                              progress=not getattr(args, "no_progress", False))
+        out["attribution"] = gate_attribution(model, batch, options=attribution_options(args))
     if args.dynamics is not None:
         out["dynamics"] = gate_dynamics(dynamics_paths(args), tokens.cpu(), layers=args.layers)
     return out
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     write_csv(profiles, out / "gate_profiles.csv")
     save_html(gate_plane_figure(stats, title=f"{label}: gate concentration"), out / "gate_plane.html")
     save_html(gate_profile_figure(profiles), out / "gate_profiles.html")
-    summary: dict[str, Any] = {"source": source(args), "model": model_config(res["model"]), "versions": versions(),
+    summary: dict[str, Any] = {"source": res["request"].source(), "model": model_config(res["model"]), "versions": versions(),
                                "task": res["batch"].meta, "gate_stats": stats.to_dict(orient="records")}
     print(f"{label}: gate concentration (effective offsets, 1 = one-hot .. W = uniform)")
     print(stats[["layer", "branch", "kv_head", "window", "static", "per_window"]].to_string(

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from phaseinterp.commands._common import (add_model_args, add_task_args, load_model, make_task, model_label, source,
-                                          write_json, add_guard_args)
+from phaseinterp.commands._common import Request, add_guard_args, add_model_args, add_task_args, model_label, write_json
+from phaseinterp.commands._common import load_source as load_model  # the loader (tests may stand a model in for it)
 from phaseinterp.units import LEVELS
 
 #: `SpecializationMap`'s significance rules (measure.specialization.SIGNIFICANCE; spelled out here so
@@ -74,41 +74,50 @@ def _positions(text: str):
         raise ValueError(f"--positions={text!r} is invalid: allowed 'final', 'all' or comma-separated ints") from None
 
 
+def knockout_options(args: argparse.Namespace):
+    """The knockout map's settings from the command line: the `KnockoutOptions` that
+    `knockout_map(..., options=...)` takes (the journal folder comes from the request)."""
+    from phaseinterp.interventions import KnockoutOptions
+
+    return KnockoutOptions(level=args.level, replacement=args.replacement, per_residue=args.per_residue,
+                           positions=_positions(args.positions), method=args.method, n_boot=args.n_boot,
+                           seed=args.task_seed, max_rows=args.max_rows, label=model_label(args), change=args.change,
+                           floor=args.floor, progress=not args.no_progress)
+
+
+def patching_options(args: argparse.Namespace):
+    """The settings of `--patching`'s head-output maps: the `PatchingOptions` that
+    `activation_patching(..., options=...)` takes (z at the final position, the knockout's level,
+    KV heads for whole layers)."""
+    from phaseinterp.interventions import PatchingOptions
+
+    return PatchingOptions(unit="z", level=args.level if args.level != "layer" else "kv_head", n_boot=args.n_boot,
+                           seed=args.task_seed, max_rows=args.max_rows, progress=not args.no_progress)
+
+
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     from phaseinterp.interventions import activation_patching, knockout_map, mapping_swap, phase_swap
 
     from phaseinterp.measure.pvalues import check_q
 
-    check_q(getattr(args, "fdr_q", 0.05))  # before the model runs: a bad q fails at once
-    model = load_model(args)
-    task, modulus = make_task(args, model)
-    batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
-    if getattr(args, "self_calibration", False) and args.n_calib is not None:
+    check_q(args.fdr_q)  # before the model runs: a bad q fails at once
+    options = knockout_options(args)
+    request = Request.build(args, load_model)
+    batch = request.sample(args.n_per_residue)
+    if args.self_calibration and args.n_calib is not None:
         raise ValueError("--n-calib and --self-calibration exclude each other: --self-calibration samples no calibration batch")
-    calib = ("self" if getattr(args, "self_calibration", False) else
-             task.sample(args.n_calib or args.n_per_residue, modulus, seed=args.task_seed, split="calibration"))
-    smap = knockout_map(model, batch, calib, level=args.level, replacement=args.replacement,
-                        per_residue=args.per_residue, positions=_positions(args.positions), method=args.method,
-                        n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows, label=model_label(args),
-                        change=getattr(args, "change", "absolute"), floor=getattr(args, "floor", 0.25),
-                        progress=not getattr(args, "no_progress", False), resume=_journal(args, "knockout"))
-    smap.meta["source"] = source(args)
-    out = {"knockout": smap, "model": model, "batch": batch}
+    calib = "self" if args.self_calibration else request.sample(args.n_calib or args.n_per_residue, split="calibration")
+    model = request.model
+    smap = knockout_map(model, batch, calib, options=options, resume=request.journal_for("knockout"))
+    smap.meta["source"] = request.source()
+    out = {"knockout": smap, "model": model, "batch": batch, "request": request}
     if args.patching:
-        level = args.level if args.level != "layer" else "kv_head"
-        stats = dict(n_boot=args.n_boot, seed=args.task_seed, max_rows=args.max_rows,
-                     progress=not getattr(args, "no_progress", False))
-        out["patch_mapping"] = activation_patching(model, mapping_swap(batch, seed=args.task_seed), unit="z",
-                                                   level=level, resume=_journal(args, "patch_mapping"), **stats)
-        out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), unit="z", level=level,
-                                                 resume=_journal(args, "patch_phase"), **stats)
+        patching = patching_options(args)
+        out["patch_mapping"] = activation_patching(model, mapping_swap(batch, seed=args.task_seed), options=patching,
+                                                   resume=request.journal_for("patch_mapping"))
+        out["patch_phase"] = activation_patching(model, phase_swap(batch, 1), options=patching,
+                                                 resume=request.journal_for("patch_phase"))
     return out
-
-
-def _journal(args: argparse.Namespace, name: str) -> Path | None:
-    """This map's journal folder under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
-    folder = getattr(args, "journal", None)
-    return None if folder is None else Path(folder) / name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
     res = compute(args)  # errors: one line through the CLI boundary (phaseinterp/cli.py)
     smap: SpecializationMap = res["knockout"]
-    which, q = getattr(args, "significance", "fdr"), getattr(args, "fdr_q", 0.05)
+    which, q = args.significance, args.fdr_q
     sig, rule = smap.significance(which, q)  # the one rule the figures, the table and the coverage use
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -131,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     curve = PhaseCurve.from_dict(smap.clean)
     curve.to_json(out / "clean_curve.json")
     save_html(phase_figure(curve), out / "clean_curve.html")
-    summary = {"source": source(args), "clean": curve.summary(), "threshold": args.threshold,
+    summary = {"source": res["request"].source(), "clean": curve.summary(), "threshold": args.threshold,
                "significance": _significance_summary(smap, which, q),
                "coverage": smap.coverage(args.threshold, significant=which, q=q),
                "uncovered_residues": smap.uncovered(args.threshold, significant=which, q=q),

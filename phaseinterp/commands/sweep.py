@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phaseinterp.commands._common import (add_model_args, add_period_arg, add_task_args, load_model, make_task, model_label,
-                                          source, write_csv, add_guard_args)
+from phaseinterp.commands._common import Request, add_guard_args, add_model_args, add_period_arg, add_task_args, write_csv
+from phaseinterp.commands._common import load_source as load_model  # the loader (tests stand a model in for it)
 
 if TYPE_CHECKING:
     from phaseinterp.measure import PhaseCurve
@@ -36,19 +36,12 @@ def sweep(args: argparse.Namespace) -> PhaseCurve:
     when it has one) and run the sweep."""
     from phaseinterp.measure import phase_sweep
 
-    model = load_model(args)
-    task, modulus = make_task(args, model)
-    batch = task.sample(args.n_per_residue, modulus, seed=args.task_seed)
-    return phase_sweep(model, batch, batch_size=args.batch_size, period=args.period, device=args.device,
-                       progress=not args.no_progress, label=args.label or model_label(args), n_boot=args.n_boot,
-                       n_perm=args.n_perm, seed=args.task_seed, config={"source": source(args)},
-                       resume=_journal(args, "sweep"))
-
-
-def _journal(args: argparse.Namespace, name: str) -> Path | None:
-    """The verb's journal folder under OUT/.journal (set by the CLI's guard), or None outside the CLI."""
-    folder = getattr(args, "journal", None)
-    return None if folder is None else Path(folder) / name
+    request = Request.build(args, load_model)
+    batch = request.sample(args.n_per_residue)
+    return phase_sweep(request.model, batch, batch_size=args.batch_size, period=args.period, device=args.device,
+                       progress=not args.no_progress, label=args.label or request.label, n_boot=args.n_boot,
+                       n_perm=args.n_perm, seed=args.task_seed, config={"source": request.source()},
+                       resume=request.journal_for("sweep"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,8 @@ from phaseinterp.interventions.cycling import CyclingResult, cycled_gates, gate_
 from phaseinterp.interventions.overrides import compressors, gate_override, gate_override_hooks, override_values
 from phaseinterp.interventions.knockout import (is_correct, knockout, knockout_edit, knockout_hooks, knockout_logits,
                                                 knockout_map)
+from phaseinterp.interventions.options import (AttributionOptions, KnockoutOptions, MapOptions, PatchingOptions,
+                                               RunOptions)
 from phaseinterp.interventions.pairs import Pairing, mapping_swap, phase_swap
 from phaseinterp.interventions.patching import activation_patching, logit_diff, top_other
 from phaseinterp.interventions.planted import planted_model
@@ -19,8 +21,9 @@ from phaseinterp.units import LEVELS, Unit, head_units
 REGISTRY = {"knockout": knockout_map, "patching": activation_patching, "gate_attribution": gate_attribution,
             "gate_cycling": gate_cycling}
 
-__all__ = ["LEVELS", "REGISTRY", "REPLACEMENTS", "Calibration", "CyclingResult",
-           "GateAttribution", "Pairing", "Unit", "activation_patching", "attribution_patching", "calibrate",
+__all__ = ["LEVELS", "REGISTRY", "REPLACEMENTS", "AttributionOptions", "Calibration", "CyclingResult",
+           "GateAttribution", "KnockoutOptions", "MapOptions", "PatchingOptions", "RunOptions",
+           "Pairing", "Unit", "activation_patching", "attribution_patching", "calibrate",
            "calibrate_cached", "clear_calibrations", "compressors", "cycled_gates", "final_logits", "gate_attribution", "gate_cycling", "gate_override",
            "gate_override_hooks", "head_units", "is_correct", "knockout", "knockout_edit", "knockout_hooks",
            "knockout_logits", "knockout_map", "logit_diff", "mapping_swap", "override_values", "phase_swap",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from phaseinterp.interventions.overrides import BRANCH_NAMES, TARGETS, compresso
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.patching import logit_diff, top_other
 from phaseinterp.interventions.checks import check_at_least_one
+from phaseinterp.interventions.options import AttributionOptions
 from phaseinterp.interventions.runner import runnable
 from phaseinterp.interventions.stats import by_residue
 from phaseinterp.measure.provenance import jsonable, model_config, versions
@@ -126,10 +127,8 @@ class GateAttribution:
 MODES = ("denoise", "noise")
 
 
-def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, Float[Tensor, "..."], None] = None,
-                     offset: int | None = None, mode: str = "denoise", target: str = "weights",
-                     layers: Sequence[int] | None = None, validate: bool = True, max_rows: int = 2048,
-                     progress: bool = True) -> GateAttribution:
+def gate_attribution(model, data: PhaseBatch | Pairing, *, options: AttributionOptions | None = None,
+                     **settings: Any) -> GateAttribution:
     """Attribution of the answer logit difference to gate weights (or logits) per
     (layer, branch, kv_head, offset), by residue, with the exact interventions for comparison.
 
@@ -148,6 +147,9 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
     over the residue's rows. `exact` performs each unit's intervention for real (the source values
     written into that offset of that KV head's gates in every entry of the base run, batched);
     `spearman` is the rank correlation of the two over all cells.
+
+    Settings come as keywords, as `options=AttributionOptions(...)` (`interventions.options`, the
+    object the command line builds), or both: keywords override the options object.
 
     Args:
         model: a HookedCompressedTransformer with compressed layers, or a backend with gates
@@ -171,17 +173,14 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
         >>> -1 <= ga.spearman <= 1  # attribution against the exact override, over cells
         True
     """
-    if target not in TARGETS:
-        raise ValueError(f"target={target!r} is invalid: allowed one of {list(TARGETS)}")
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is invalid: allowed one of {list(MODES)}")
-    check_at_least_one("max_rows", max_rows)
+    o = AttributionOptions.build(options, **settings)
+    _check_attribution(o)
     model = runnable(model)
-    comps = compressors(model, layers)
-    hook = "hook_gate" if target == "weights" else "hook_gate_logits"
+    comps = compressors(model, o.layers)
+    hook = "hook_gate" if o.target == "weights" else "hook_gate_logits"
     names = [f"blocks.{l}.attn.{next(a for a, b in BRANCH_NAMES.items() if b == br)}.{hook}" for l, br, _ in comps]
-    base, rows, pair_foil, sources, base_hooks, reference = _runs(model, data, comps, names, override, offset, mode,
-                                                                  target)
+    base, rows, pair_foil, sources, base_hooks, reference = _runs(model, data, comps, names, o.override, o.offset,
+                                                                  o.mode, o.target)
     base_logits = model.final_logits(base.tokens, base.query_pos, base_hooks)
     dev = model.device
     foil = (pair_foil if pair_foil is not None else top_other(base_logits, rows.answers)).to(dev)
@@ -189,35 +188,67 @@ def gate_attribution(model, data: PhaseBatch | Pairing, *, override: Union[str, 
     metric = lambda lg: logit_diff(lg, answer, foil)  # noqa: E731
     attr, m_base = attribution_patching(model, base.tokens, base.query_pos, sources, metric, base_hooks=base_hooks)
     res, R = rows.residue.cpu().numpy(), rows.modulus
+    grid = _grid(model, comps, R)
+    values, cells = _attribution_cells(attr, comps, names, grid, res, R)
+    exact = None
+    if o.validate:
+        exact = _exact_cells(model, base, base_hooks, sources, cells, metric, m_base, grid, res, R, o)
+    meta = {"intervention": {"kind": "gate_attribution", "target": o.target, "reference": reference, "mode": o.mode},
+            "target": o.target, "reference": reference, "model": model_config(model), "task": rows.meta,
+            "versions": versions(), "convention": "(source - base) * dM/da at the base run; M = answer logit difference"}
+    return _result(values, exact, grid["coords"], meta, o.target, reference, o.mode)
+
+
+def _check_attribution(o: AttributionOptions) -> None:
+    """ValueError naming a bad target, mode or max_rows, before the model is touched."""
+    if o.target not in TARGETS:
+        raise ValueError(f"target={o.target!r} is invalid: allowed one of {list(TARGETS)}")
+    if o.mode not in MODES:
+        raise ValueError(f"mode={o.mode!r} is invalid: allowed one of {list(MODES)}")
+    check_at_least_one("max_rows", o.max_rows)
+
+
+def _grid(model, comps: list, R: int) -> dict[str, Any]:
+    """The map's axes: compressed layers, branches, KV heads, offsets (the widest window) and residues."""
     K = model.cfg.n_kv_heads
     layer_ids = sorted({l for l, _, _ in comps})
     branches = [b for b in BRANCH_NAMES.values() if any(br == b for _, br, _ in comps)]
     shape = (len(layer_ids), len(branches), K, max(c.cc.window for _, _, c in comps), R)
-    values = np.full(shape, np.nan)
+    coords = {"layer": layer_ids, "branch": branches, "kv_head": list(range(K)), "offset": list(range(shape[3])),
+              "residue": list(range(R))}
+    return {"shape": shape, "coords": coords, "K": K, "layer_ids": layer_ids, "branches": branches}
+
+
+def _attribution_cells(attr: dict[str, Tensor], comps: list, names: list[str], grid: dict, res: np.ndarray,
+                       R: int) -> tuple[np.ndarray, list]:
+    """(attribution per cell, summed over entries and channels and averaged over each residue's
+    rows; (name, index into the values, offset, kv head) of every gate slot)."""
+    layer_ids, branches = grid["layer_ids"], grid["branches"]
+    values = np.full(grid["shape"], np.nan)
     cells = []  # (name, index into values, offset, kv head) of every gate slot
     for (l, br, c), n in zip(comps, names):
         per_row = attr[n].sum(dim=(1, *range(4, attr[n].ndim)))  # [batch, offset, kv_head]
-        for h in range(K):
+        for h in range(grid["K"]):
             for o in range(c.cc.window):
                 idx = (layer_ids.index(l), branches.index(br), h, o)
                 values[idx] = by_residue(per_row[:, o, h].cpu().numpy().astype(np.float64), res, R)
                 cells.append((n, idx, o, h))
-    exact = None
-    if validate:
-        units = [{n: _write_slot(sources[n], o, h)} for n, _, o, h in cells]
-        edited = in_chunks(lambda s: model.run_units(base.tokens, base.query_pos, units[s], max_rows=max_rows,
-                                                     base_hooks=base_hooks),
-                           len(units), max(1, max_rows // len(base.tokens)), progress=progress, desc="gate attribution")
-        delta = (metric(edited) - m_base[None]).cpu().numpy()
-        exact = np.full(shape, np.nan)
-        for (_, idx, _, _), d in zip(cells, delta):
-            exact[idx] = by_residue(d.astype(np.float64), res, R)
-    coords = {"layer": layer_ids, "branch": branches, "kv_head": list(range(K)), "offset": list(range(shape[3])),
-              "residue": list(range(R))}
-    meta = {"intervention": {"kind": "gate_attribution", "target": target, "reference": reference, "mode": mode},
-            "target": target, "reference": reference, "model": model_config(model), "task": rows.meta,
-            "versions": versions(), "convention": "(source - base) * dM/da at the base run; M = answer logit difference"}
-    return _result(values, exact, coords, meta, target, reference, mode)
+    return values, cells
+
+
+def _exact_cells(model, base: PhaseBatch, base_hooks, sources: dict[str, Tensor], cells: list, metric, m_base: Tensor,
+                 grid: dict, res: np.ndarray, R: int, o: AttributionOptions) -> np.ndarray:
+    """Each gate slot's intervention done for real (the source values written into that offset of
+    that KV head's gates in every entry of the base run, batched): the change of the metric per cell."""
+    units = [{n: _write_slot(sources[n], off, h)} for n, _, off, h in cells]
+    edited = in_chunks(lambda s: model.run_units(base.tokens, base.query_pos, units[s], max_rows=o.max_rows,
+                                                 base_hooks=base_hooks),
+                       len(units), max(1, o.max_rows // len(base.tokens)), progress=o.progress, desc="gate attribution")
+    delta = (metric(edited) - m_base[None]).cpu().numpy()
+    exact = np.full(grid["shape"], np.nan)
+    for (_, idx, _, _), d in zip(cells, delta):
+        exact[idx] = by_residue(d.astype(np.float64), res, R)
+    return exact
 
 
 def _runs(model, data: PhaseBatch | Pairing, comps: list, names: list[str], override: Any, offset: int | None,

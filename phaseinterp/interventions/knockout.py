@@ -11,8 +11,7 @@ runs is the backend's method, never a branch here."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +21,7 @@ from torch import Tensor
 from phaseinterp.interventions.calibration import (REPLACEMENTS, SELF, Calibration, Positions, calibrate_cached,
                                                    check_calibration, check_positions, site_positions)
 from phaseinterp.interventions.checks import check_at_least_one
+from phaseinterp.interventions.options import RELIABLE_FLOOR, KnockoutOptions  # noqa: F401  (RELIABLE_FLOOR: re-exported)
 from phaseinterp.interventions.runner import UnitEdit, runnable, unchanged_units, warn_unchanged
 from phaseinterp.interventions.stats import CHANGES, accuracy_change
 from phaseinterp.measure import PhaseCurve, model_period
@@ -36,9 +36,6 @@ from phaseinterp.units import Unit, check_level, head_units, level_size
 METHODS = ("auto", "incremental", "hooks")
 
 
-#: Default floor of `knockout_map(change="relative")`: the lower bound of the clean accuracy's interval
-#: below which a residue's relative change is masked (record lookup's chance is 0.1-0.25).
-RELIABLE_FLOOR = 0.25
 
 
 def unit_axis(level: str) -> str:
@@ -143,7 +140,8 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
 
 def path_meta(model, method: str) -> dict:
     """How a map's edited logits were computed, for its meta: "path" ("final_position": our model's
-    recomputation, "kv_cache": a HF decoder's cached prefix, "full_forward": one forward per unit),
+    recomputation, "kv_cache": a HF decoder's cached prefix, compressed layers included, "decode_cache":
+    DeepSeek-V4 decoding t from a prefilled cache, "full_forward": one forward per unit),
     and, where a backend could not take its final-position path, "fallback" saying why."""
     if method == "incremental":
         return {"path": model.incremental_path}
@@ -177,8 +175,9 @@ def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibratio
     if method == "incremental" and not can_fast:
         why = model.incremental_fallback()
         raise ValueError(f"method='incremental' needs positions='final' and a backend with the final-position path "
-                         f"(our HookedCompressedTransformer, or a HF Llama / Qwen / Mistral decoder through its KV "
-                         f"cache) without hooks attached; got positions={positions!r} on {model.describe()}"
+                         f"(our HookedCompressedTransformer, a HF Llama / Qwen / Mistral decoder through its KV "
+                         f"cache, compressed or not, or DeepSeek-V4 through its decoding cache) without hooks attached; "
+                         f"got positions={positions!r} on {model.describe()}"
                          f"{'' if why is None else ': ' + why} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method
     calib = _calibration(model, calibration, pos, replacement, max_rows)
@@ -261,11 +260,7 @@ def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor,
 
 
 def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None = None, *,
-                 level: str = "kv_head", replacement: str = "mean", per_residue: bool = False,
-                 positions: Positions = "final", layers: Sequence[int] | None = None, method: str = "auto",
-                 n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, max_rows: int = 2048,
-                 label: str = "", change: str = "absolute", floor: float = RELIABLE_FLOOR,
-                 progress: bool = True, resume: str | Path | None = None) -> SpecializationMap:
+                 options: KnockoutOptions | None = None, **settings: Any) -> SpecializationMap:
     """Accuracy change per (layer, unit, residue) when a unit is knocked out: absolute,
     `100 * (acc_ko - acc_clean)` in percentage points (default; defined at every residue, the weak
     phases included), or the paper's relative change `100 * (acc_ko - acc_clean) / acc_clean`
@@ -278,6 +273,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     `level`) has its head outputs replaced at the knockout sites, by default the final
     (query) position of each row, by their mean over the calibration batch taken at the
     calibration rows' final positions (the paper's protocol).
+
+    Settings come as keywords, as `options=KnockoutOptions(...)` (`interventions.options`, the
+    object the command line builds), or both: keywords override the options object.
 
     Args:
         model: our HookedCompressedTransformer (run behind `HookedBackend`: TransformerLens
@@ -297,8 +295,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         positions: "final" (default), "all" or absolute positions.
         layers: layers to scan (default all).
         method: "auto", "incremental" (final position only, reuses the clean run; backends
-            with that path: `HookedBackend`, and `HFCausalLMBackend` of Llama / Qwen / Mistral
-            decoders through the KV cache) or "hooks" (full forwards; on the other backends always,
+            with that path: `HookedBackend`, `HFCausalLMBackend` of Llama / Qwen / Mistral
+            decoders through the KV cache, training-free compressed layers included, and
+            `DeepseekV4Backend` through its decoding cache) or "hooks" (full forwards; on the other backends always,
             the reason in `meta["intervention"]["fallback"]`).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also
@@ -333,57 +332,86 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         >>> sorted(m.coverage(threshold=50))  # {"L1.KV0": [residues it owns], ...}
         ['L0.KV0', 'L1.KV0']
     """
+    o = KnockoutOptions.build(options, **settings)
     model = runnable(model)
-    check_level(level)
-    units = head_units(model.cfg, level, layers)
-    check_at_least_one("n_boot", n_boot)
-    if change not in CHANGES:
-        raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
+    units = _check_map(model, o)
+    _warn_overlap(batch, calibration)
+    run = _run_settings(o)
+    journal = _knockout_journal(o.resume, model, batch, calibration, units, run)
+    clean, ko, unchanged, used = _knocked_out_correct(model, batch, units, calibration, journal, progress=o.progress,
+                                                      **run)
+    warn_unchanged([units[i].name for i in unchanged], f"knockout ({o.replacement})")
+    return _knockout_result(model, batch, calibration, units, clean, ko, used, journal, o)
+
+
+def _check_map(model, o: KnockoutOptions) -> list[Unit]:
+    """The units of the map after every check of `knockout_map`'s own settings (the runner checks
+    the rest before any forward)."""
+    check_level(o.level)
+    units = head_units(model.cfg, o.level, o.layers)
+    check_at_least_one("n_boot", o.n_boot)
+    if o.change not in CHANGES:
+        raise ValueError(f"change={o.change!r} is invalid: allowed one of {sorted(CHANGES)}")
+    floor = o.floor
     if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 1:
         raise ValueError(f"floor={floor!r} out of range [0, 1]: the clean accuracy's interval lower bound, a fraction")
-    _warn_overlap(batch, calibration)
-    settings = dict(replacement=replacement, per_residue=per_residue, positions=positions, method=method, seed=seed,
-                    max_rows=max_rows)
-    journal = _knockout_journal(resume, model, batch, calibration, units, settings)
-    clean, ko, unchanged, used = _knocked_out_correct(model, batch, units, calibration, journal, progress=progress, **settings)
-    warn_unchanged([units[i].name for i in unchanged], f"knockout ({replacement})")
+    return units
+
+
+def _run_settings(o: KnockoutOptions) -> dict[str, Any]:
+    """The runner's settings, also the journal's (a journal of other settings is refused)."""
+    return dict(replacement=o.replacement, per_residue=o.per_residue, positions=o.positions, method=o.method,
+                seed=o.seed, max_rows=o.max_rows)
+
+
+def _relative_mask(curve: PhaseCurve, shape: tuple, o: KnockoutOptions) -> tuple[np.ndarray, dict | None]:
+    """(masked cells, the reason for meta["masked"]): with change="relative", the residues whose
+    clean accuracy is not reliably above `floor`; nothing is masked for the absolute change."""
+    masked = np.zeros(shape, dtype=bool)
+    if o.change != "relative":
+        return masked, None
+    unreliable = ~(curve.boot_lo >= o.floor)  # nan (no rows) is unreliable too
+    masked[..., unreliable] = True
+    return masked, {"reason": f"relative change not reported where the clean accuracy's {o.confidence:.0%} interval "
+                              f"lower bound is below {o.floor:g} (dividing by a near-zero accuracy)",
+                    "floor": o.floor, "residues": [int(r) for r in np.flatnonzero(unreliable)]}
+
+
+def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit], clean: np.ndarray, ko: np.ndarray,
+                     used: str, journal, o: KnockoutOptions) -> SpecializationMap:
+    """The map: the paired bootstrap of the change per cell, the clean curve, the relative mask and
+    the provenance."""
     res, R = batch.residue.cpu().numpy(), batch.modulus
-    rel, lo, hi, _, acc_ko, p = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R, change=change,
-                                                n_boot=n_boot, confidence=confidence, seed=seed)
+    rel, lo, hi, _, acc_ko, p = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R, change=o.change,
+                                                n_boot=o.n_boot, confidence=o.confidence, seed=o.seed)
     layer_ids = sorted({u.layer for u in units})
-    n_unit = level_size(model.cfg, level)
+    n_unit = level_size(model.cfg, o.level)
     shape = (len(layer_ids), n_unit, R)
     S = model_period(model)
-    curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
-                                    confidence=confidence, seed=seed, label=f"{label} clean".strip())
-    axis = unit_axis(level)
-    masked = np.zeros(shape, dtype=bool)
-    mask_note = None
-    if change == "relative":
-        unreliable = ~(curve.boot_lo >= floor)  # nan (no rows) is unreliable too
-        masked[..., unreliable] = True
+    curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=o.n_boot, n_perm=200,
+                                    confidence=o.confidence, seed=o.seed, label=f"{o.label} clean".strip())
+    axis = unit_axis(o.level)
+    masked, mask_note = _relative_mask(curve, shape, o)
+    if mask_note is not None:
         rel, lo, hi, p = (np.where(masked.reshape(rel.shape), np.nan, a) for a in (rel, lo, hi, p))  # p too: out of the BH family
-        mask_note = {"reason": f"relative change not reported where the clean accuracy's {confidence:.0%} interval "
-                               f"lower bound is below {floor:g} (dividing by a near-zero accuracy)",
-                     "floor": floor, "residues": [int(r) for r in np.flatnonzero(unreliable)]}
     return SpecializationMap(
         values=rel.reshape(shape), dims=("layer", axis, "residue"),
-        coords={"layer": layer_ids, axis: unit_coords(model.cfg, level), "residue": list(range(R))},
+        coords={"layer": layer_ids, axis: unit_coords(model.cfg, o.level), "residue": list(range(R))},
         lo=lo.reshape(shape), hi=hi.reshape(shape), p=p.reshape(shape),
         extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape),
                 "masked": masked},
         clean=curve.to_dict(), direction=-1, clip=100.0,
-        quantity="relative accuracy change (%)" if change == "relative" else "absolute accuracy change (pp)",
-        meta={"label": label, "masked": mask_note,
-              "intervention": {"kind": "knockout", "level": level, "replacement": replacement, "change": change,
-                                               "per_residue": per_residue, "positions": positions, "method": used,
-                                               "engine": model.engine, **path_meta(model, used)},
+        quantity="relative accuracy change (%)" if o.change == "relative" else "absolute accuracy change (pp)",
+        meta={"label": o.label, "masked": mask_note,
+              "intervention": {"kind": "knockout", "level": o.level, "replacement": o.replacement, "change": o.change,
+                               "per_residue": o.per_residue, "positions": o.positions, "method": used,
+                               "engine": model.engine, **path_meta(model, used)},
               "model": model_config(model), "task": batch.meta,
               "calibration": ({"kind": SELF, "rule": "leave-one-example-out mean of the evaluated batch"}
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),
-              "seed": seed, "n_boot": n_boot, "confidence": confidence, "versions": versions(),
+              "seed": o.seed, "n_boot": o.n_boot, "confidence": o.confidence, "versions": versions(),
               **({} if journal is None else
-                 {"resumed": {"chunks": journal.taken, "of": -(-len(units) // units_per_forward(batch, max_rows))}})})
+                 {"resumed": {"chunks": journal.taken, "of": -(-len(units) // units_per_forward(batch, o.max_rows))}})})
 
 
 def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None, *, layer: int,

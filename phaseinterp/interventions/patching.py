@@ -21,7 +21,6 @@ the other units run everywhere the sites exist (entries and gates: models with c
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +30,7 @@ from torch import Tensor
 
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.checks import check_at_least_one, check_position
+from phaseinterp.interventions.options import PatchingOptions
 from phaseinterp.interventions.knockout import is_correct, knockout_edit, path_meta, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
@@ -91,14 +91,14 @@ def _row_sites(pair: Pairing, site: Any, T: int) -> tuple[Tensor, Tensor]:
     return col, pair.align[:, p]
 
 
-def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "head",
-                        positions: Any = "final", layers: Sequence[int] | None = None, method: str = "auto",
-                        rel_min: float | int = 0.1, max_rows: int = 2048, change: str = "absolute",
-                        n_boot: int = 2000, confidence: float = 0.95, seed: int = 0, progress: bool = True,
-                        resume: str | Path | None = None) -> SpecializationMap:
+def activation_patching(model, pair: Pairing, *, options: PatchingOptions | None = None,
+                        **settings: Any) -> SpecializationMap:
     """Denoising activation patching map per residue of the clean rows: the accuracy each unit's
     patch restores in percentage points with its interval (default), or the normalized logit
     difference restored.
+
+    Settings come as keywords, as `options=PatchingOptions(...)` (`interventions.options`, the
+    object the command line builds), or both: keywords override the options object.
 
     Args:
         model: our HookedCompressedTransformer (behind `HookedBackend`), a backend
@@ -155,35 +155,49 @@ def activation_patching(model, pair: Pairing, *, unit: str = "z", level: str = "
         >>> m.dims, m.shape
         (('layer', 'kv_head', 'residue'), (2, 1, 4))
     """
+    o = PatchingOptions.build(options, **settings)
     model = runnable(model)
-    if change not in PATCH_CHANGES:
-        raise ValueError(f"change={change!r} is invalid: allowed one of {list(PATCH_CHANGES)}")
-    check_at_least_one("n_boot", n_boot)
-    layer_ids, positions, fast = _check_patching(model, pair, unit, level, positions, layers, method, rel_min, max_rows)
+    if o.change not in PATCH_CHANGES:
+        raise ValueError(f"change={o.change!r} is invalid: allowed one of {list(PATCH_CHANGES)}")
+    check_at_least_one("n_boot", o.n_boot)
+    layer_ids, positions, fast = _check_patching(model, pair, o.unit, o.level, o.positions, o.layers, o.method,
+                                                 o.rel_min, o.max_rows)
     clean_logits = model.final_logits(pair.clean.tokens, pair.clean.query_pos)
-    layout, labels, present, run, corrupt_logits = _patching_runner(model, pair, unit, level, positions, layer_ids,
-                                                                    fast, max_rows)
-    journal = None
-    if resume is not None:
-        from phaseinterp.measure.journal import batch_fingerprint, model_fingerprint, open_journal
-
-        journal = open_journal(resume, "patching", {
-            "model": model_fingerprint(model), "clean": batch_fingerprint(pair.clean),
-            "corrupt": batch_fingerprint(pair.corrupt), "foil": "none" if pair.foil is None else pair.foil,
-            "settings": {"unit": unit, "level": level, "positions": positions, "layers": layer_ids, "fast": fast,
-                         "max_rows": max_rows, "units": labels, "device": model.device.type}})
-    patched, unchanged = _patched_outcomes(pair, run, len(labels), corrupt_logits, max_rows, journal,
-                                           progress=progress, desc=f"patching {unit}")
-    warn_unchanged([labels[i] for i in unchanged], f"patching {unit}")
-    out = _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, rel_min,
-                         {"kind": "activation_patching", "unit": unit, "level": level if unit == "z" else None,
-                          "positions": positions, "method": "incremental" if fast else "hooks",
-                          "engine": model.engine, **path_meta(model, "incremental" if fast else "hooks"),
-                          "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": rel_min, "change": change},
-                         {"change": change, "n_boot": n_boot, "confidence": confidence, "seed": seed})
+    layout, labels, present, run, corrupt_logits = _patching_runner(model, pair, o.unit, o.level, positions, layer_ids,
+                                                                    fast, o.max_rows)
+    journal = _patching_journal(model, pair, o, positions, layer_ids, fast, labels)
+    patched, unchanged = _patched_outcomes(pair, run, len(labels), corrupt_logits, o.max_rows, journal,
+                                           progress=o.progress, desc=f"patching {o.unit}")
+    warn_unchanged([labels[i] for i in unchanged], f"patching {o.unit}")
+    out = _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, o.rel_min,
+                         _intervention(model, pair, o, positions, fast),
+                         {"change": o.change, "n_boot": o.n_boot, "confidence": o.confidence, "seed": o.seed})
     if journal is not None:
-        out.meta["resumed"] = {"chunks": journal.taken, "of": -(-len(labels) // max(1, max_rows // len(pair.corrupt)))}
+        out.meta["resumed"] = {"chunks": journal.taken,
+                               "of": -(-len(labels) // max(1, o.max_rows // len(pair.corrupt)))}
     return out
+
+
+def _patching_journal(model, pair: Pairing, o: PatchingOptions, positions: Any, layer_ids: list[int], fast: bool,
+                      labels: list[str]):
+    """The journal of `o.resume` (None without one), keyed by the model, the pairing and the settings."""
+    if o.resume is None:
+        return None
+    from phaseinterp.measure.journal import batch_fingerprint, model_fingerprint, open_journal
+
+    return open_journal(o.resume, "patching", {
+        "model": model_fingerprint(model), "clean": batch_fingerprint(pair.clean),
+        "corrupt": batch_fingerprint(pair.corrupt), "foil": "none" if pair.foil is None else pair.foil,
+        "settings": {"unit": o.unit, "level": o.level, "positions": positions, "layers": layer_ids, "fast": fast,
+                     "max_rows": o.max_rows, "units": labels, "device": model.device.type}})
+
+
+def _intervention(model, pair: Pairing, o: PatchingOptions, positions: Any, fast: bool) -> dict[str, Any]:
+    """The map's meta["intervention"]: what was patched, how, and on which pairing."""
+    method = "incremental" if fast else "hooks"
+    return {"kind": "activation_patching", "unit": o.unit, "level": o.level if o.unit == "z" else None,
+            "positions": positions, "method": method, "engine": model.engine, **path_meta(model, method),
+            "pairing": pair.kind, "pairing_meta": pair.meta, "rel_min": o.rel_min, "change": o.change}
 
 
 def _foil(pair: Pairing, corrupt_logits: Tensor) -> Tensor:

@@ -119,11 +119,22 @@ class DeepseekV4Backend(HFMixin, Backend):
         self.layer_types = types
         self._softmax_op: dict[int, str] = {}
 
-    def incremental_fallback(self) -> str:
-        """Why knockout and patching run one full forward per unit here (no final-position path)."""
-        return ("DeepSeek-V4's cache is sequential state (compressor buffers of unfinished windows, running "
-                "entries, the indexer's own compressor, sliding-window keys, hc_mult residual streams): it cannot "
-                "be cut back to a query position or repeated per unit, so each unit runs a full forward")
+    #: knockout and patching at the final position decode it from a prefilled cache (`decode_final`)
+    incremental_path = "decode_cache"
+
+    def incremental_ok(self) -> bool:
+        """The decode path applies outside `intervene` (its edits would be ignored)."""
+        return not self.has_hooks() and self.incremental_fallback() is None
+
+    def incremental_fallback(self) -> str | None:
+        from phaseinterp.families.deepseek_v4.decode_final import decode_fallback
+
+        return decode_fallback(self.model)
+
+    def final_position_run(self, tokens: Tensor, query_pos: Tensor):
+        from phaseinterp.families.deepseek_v4.decode_final import DecodeFinalRun
+
+        return DecodeFinalRun(self, tokens, query_pos, lambda layer: self.model.model.layers[layer].self_attn.o_a_proj)
 
     def _compressed(self, layer: int) -> str:
         t = self.layer_types[layer]

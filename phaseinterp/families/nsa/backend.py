@@ -83,6 +83,14 @@ class NSABackend(tl_hooks.OwnModelSweep, Backend):
         super().__init__(model, cfg)
         model.train(training)  # no dropout: the caller's flag stays (a trainer's sweep must not flip it)
 
+    def incremental_ok(self) -> bool:
+        """Knockout and patching at the final position recompute only it (`families.nsa.final`), without hooks."""
+        return not self.has_hooks() and not tl_hooks.has_hooks(self.model)
+
+    def final_position_run(self, tokens: Tensor, query_pos: Tensor):
+        from phaseinterp.families.nsa.final import NSAFinalRun
+
+        return NSAFinalRun(self.model, tokens, query_pos)
 
     @torch.no_grad()
     def branch_logits(self, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
