@@ -115,8 +115,8 @@ def final_position_attention(attn: Any, x: Float[Tensor, "row 1 d_model"], posit
     n_rows = x.shape[0]
     U = n_rows // b
     cos, sin = position_embeddings
-    q = _rope(attn.q_proj(x).view(n_rows, 1, -1, d), cos, sin)[:, 0]  # [rows, H, d]
-    k_pre = attn.k_proj(x).view(n_rows, 1, -1, d)
+    q = _rope(attn.heads("q", x), cos, sin)[:, 0]  # [rows, H, d]
+    k_pre = attn.heads("k", x)
     k_rot = _rope(k_pre, cos, sin)[:, 0]
     v = attn.v_proj(x).view(n_rows, -1, d)
     K = k_rot.shape[1]
