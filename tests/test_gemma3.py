@@ -130,3 +130,34 @@ def test_phase_sweep_and_knockout_map_run_through_a_compressed_gemma3(model):
     assert len(curve.accuracy) == 4 and np.isclose(np.mean(curve.accuracy), correct.mean())
     assert kmap.shape[:2] == (2, 2) and np.isfinite(kmap.values).all()
     assert np.array_equal(np.array(kmap.clean["correct"]), correct)
+
+
+@pytest.mark.parametrize("layers,spec", [("global", KVCompression(4, 4, "mean", local=4)),
+                                         ("all", KVCompression(4, 2, "score", "centre", local=3, sink=2)),
+                                         ("all", KVCompression(3, 3, "evict", "last", offset=2, local=10, sink=1)),
+                                         ("plain", None)])
+def test_final_position_path_equals_full_forwards(model, layers, spec):
+    # rows end at positions 22..26, past the 8-token sliding window: the windows' cuts are exercised
+    import dataclasses
+
+    from phaseinterp.backends.kv_cache import kv_cache_fallback
+    from phaseinterp.interventions import head_units, knockout_logits
+    from phaseinterp.tasks import RecordLookup
+
+    task = RecordLookup(vocab_size=256, n_records=6, n_demos=1)
+    batch = task.sample(2, 4, seed=0)
+    T = batch.tokens.shape[1]
+    assert T > 3 * model.config.sliding_window
+    batch = dataclasses.replace(batch, query_pos=T - 1 - torch.arange(len(batch)) % 5)
+    calib = task.sample(2, 4, seed=0, split="calibration")
+    if spec is not None:
+        compress_gemma3(model, spec, layers=layers)
+    backend = backend_for(model)
+    assert backend.incremental_ok() and kv_cache_fallback(backend) is None
+    units = head_units(backend.cfg, "kv_head") + head_units(backend.cfg, "layer")
+    c1, fast, m1 = knockout_logits(backend, batch, units, calib, max_rows=24, progress=False)
+    c2, slow, m2 = knockout_logits(backend, batch, units, calib, method="hooks", progress=False)
+    assert (m1, m2) == ("incremental", "hooks")
+    torch.testing.assert_close(c1, c2, atol=1e-5, rtol=1e-5)
+    assert (slow - c2[None]).abs().amax((1, 2)).min() > 1e-2  # every unit's edit moves the logits
+    torch.testing.assert_close(fast, slow, atol=1e-4, rtol=1e-4)
