@@ -1,8 +1,9 @@
 """Training-free chunked KV compression of a pretrained Llama-family model (SmolLM2, Llama, Qwen2...).
 
 `compress_attention(model, KVCompression(...))` replaces the attention of chosen layers by
-`CompressedLlamaAttention`, which reuses the layer's own projections (same parameters, no training)
-and attends, in one joint softmax, over
+`CompressedLlamaAttention`, which reuses the layer's own projections (same parameters, no training;
+its QK-norm too where the layer has one, as Qwen3 and Gemma 3 do; Gemma 3's layers get the subclass
+`families.gemma3.attention.CompressedGemma3Attention`, which keeps sliding windows) and attends, in one joint softmax, over
 
 - compressed entries: window j covers positions jS .. jS+W-1; its key and value entries pool the
   layer's own keys and values over the window with weights a_{j,i} (i = 0..W-1); entry j is visible
