@@ -161,3 +161,18 @@ def test_final_position_path_equals_full_forwards(model, layers, spec):
     torch.testing.assert_close(c1, c2, atol=1e-5, rtol=1e-5)
     assert (slow - c2[None]).abs().amax((1, 2)).min() > 1e-2  # every unit's edit moves the logits
     torch.testing.assert_close(fast, slow, atol=1e-4, rtol=1e-4)
+
+
+def test_qk_norm_is_applied_for_qwen3_too():
+    # Qwen3 has QK-norm like Gemma 3: the wrapper reads it from the layer (without it W = S = 1 differs)
+    from phaseinterp.backends.kv_compression import compress_attention
+    from phaseinterp.backends.tiny import tiny_qwen3
+
+    qwen = tiny_qwen3(seed=0).eval()
+    tokens = torch.randint(0, 100, (2, 30), generator=torch.Generator().manual_seed(1))
+    ref = logits(qwen, tokens)
+    compress_attention(qwen, KVCompression(1, 1, local=0))
+    torch.testing.assert_close(logits(qwen, tokens), ref, atol=1e-5, rtol=1e-5)
+    for attn in compressed_layers(qwen).values():
+        attn.q_norm = attn.k_norm = None
+    assert (logits(qwen, tokens) - ref).abs().max() > 1e-3
