@@ -41,6 +41,8 @@ _LAZY = {
     "resolve_model": "phaseinterp.families.resolve",
     "load_pretrained": "phaseinterp.backends.load",
     "load_smollm2": "phaseinterp.backends.smollm2",
+    "compress_gemma3": "phaseinterp.families.gemma3.attention",
+    "load_gemma3_270m": "phaseinterp.families.gemma3.load",
     "smollm2_backend": "phaseinterp.backends.smollm2",
 }
 
@@ -60,5 +62,6 @@ def __dir__() -> list[str]:
 __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "Compression", "CycleGate",
            "DeepseekV4Backend", "Edit", "add_gate_hooks", "bridge_hook_name",
            "HFCausalLMBackend", "HookedBackend", "HookedNNsightBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
-           "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "load_pretrained", "load_smollm2",
+           "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "compress_gemma3", "load_gemma3_270m",
+           "load_pretrained", "load_smollm2",
            "resolve_model", "restore_attention", "smollm2_backend"]

@@ -53,18 +53,24 @@ class CompressedPrefix:
     self_visible: bool
 
     @staticmethod
-    def plan(spec: Any, t: int) -> dict[str, Any]:
-        """Which base-run pieces position t reads: `n_old` entries (ends < t), the exact positions
-        `exact` (< t: sink, then local), the entry `new` whose window ends at t (or None), and
-        `positions` = `exact` then that window's positions before t."""
+    def plan(spec: Any, t: int, sliding_window: int | None = None) -> dict[str, Any]:
+        """Which base-run pieces position t reads: entries `lo` .. `n_old` - 1 (ends < t; `lo` > 0
+        only on a sliding-window layer, whose query reads positions t - sliding_window + 1 .. t),
+        the exact positions `exact` (< t: sink, then local), the entry `new` whose window ends at t
+        (or None), and `positions` = `exact` then that window's positions before t."""
         n = spec.n_entries(t + 1)
         ends = torch.arange(n) * spec.stride + spec.window - 1
         n_old = int((ends < t).sum())
         new = n_old if n > n_old else None  # ends increase: at most one ends at t
+        first = 0 if sliding_window is None else t - sliding_window + 1  # the first position t may read
+        starts = ends - spec.window + 1
+        lo = min(int((starts < first).sum()), n_old)  # starts increase: the hidden entries come first
+        if new is not None and new * spec.stride < first:
+            new = None  # the window reaches past the sliding window: invisible
         first_local = t - spec.local + 1
-        exact = [p for p in range(min(spec.sink, t)) if p < first_local] + list(range(max(first_local, 0), t))
+        exact = [p for p in range(min(spec.sink, t)) if first <= p < first_local] + list(range(max(first_local, first, 0), t))
         win = [] if new is None else list(range(new * spec.stride, t))
-        return {"n_old": n_old, "n_exact": len(exact), "new": new,
+        return {"lo": lo, "n_old": n_old, "n_exact": len(exact), "new": new,
                 "positions": torch.tensor(exact + win, dtype=torch.long)}
 
     @classmethod
@@ -72,13 +78,13 @@ class CompressedPrefix:
         """Forward hooks on `attn`'s hook points that keep, for group i (t, rows) in `store[i]`,
         the rows' keys before RoPE and values at `plan`'s positions and their entries ending
         before t (sliced as the base run passes: nothing else of the layer is held)."""
-        plans = [cls.plan(attn.spec, t) for t, _ in layer_groups]
+        plans = [cls.plan(attn.spec, t, getattr(attn, "sliding_window", None)) for t, _ in layer_groups]
 
         def keep(name: str, entries: bool):
             def hook(module, args, out):
                 for i, ((_, rows), plan) in enumerate(zip(layer_groups, plans)):
                     x = out[rows.to(out.device)]
-                    sel = x[:, : plan["n_old"]] if entries else x[:, plan["positions"].to(out.device)]
+                    sel = x[:, plan["lo"]: plan["n_old"]] if entries else x[:, plan["positions"].to(out.device)]
                     store.setdefault(i, {})[name] = sel.detach()
             return hook
 
@@ -91,7 +97,7 @@ class CompressedPrefix:
     def build(cls, attn: Any, t: int, kept: dict[str, Tensor]) -> "CompressedPrefix":
         """The prefix of position t from what `capture` kept for its group."""
         spec = attn.spec
-        plan = cls.plan(spec, t)
+        plan = cls.plan(spec, t, getattr(attn, "sliding_window", None))
         k, v = kept["k"], kept["v"]
         pos = plan["positions"].to(k.device)
         k_rot = _rope(k, *attn._cos_sin(k, pos.to(torch.float32))) if len(pos) else k
@@ -115,8 +121,8 @@ def final_position_attention(attn: Any, x: Float[Tensor, "row 1 d_model"], posit
     n_rows = x.shape[0]
     U = n_rows // b
     cos, sin = position_embeddings
-    q = _rope(attn.q_proj(x).view(n_rows, 1, -1, d), cos, sin)[:, 0]  # [rows, H, d]
-    k_pre = attn.k_proj(x).view(n_rows, 1, -1, d)
+    q = _rope(attn.heads("q", x), cos, sin)[:, 0]  # [rows, H, d]
+    k_pre = attn.heads("k", x)
     k_rot = _rope(k_pre, cos, sin)[:, 0]
     v = attn.v_proj(x).view(n_rows, -1, d)
     K = k_rot.shape[1]

@@ -24,6 +24,7 @@ nothing against it; otherwise knockout and patching maps fall back to one full f
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 import torch
@@ -37,7 +38,10 @@ from phaseinterp.units import check_layers
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
 #: decoders (RoPE from `model.model.rotary_emb`, `model.model.norm`, `lm_head` without soft-capping);
 #: others (Gemma's scaled embeddings and soft-capped logits, GPT-2's learned positions, ...) fall back.
-KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
+#: of those, the ones whose sliding-window layers the path handles (RoPE per layer type, each
+#: sliding layer's prefix cut to its window; compressed sliding layers keep theirs themselves)
+SLIDING_OK = ("gemma3_text",)
 #: DeepSeek Sparse Attention decoders (`DSABackend`): a fallback with its own reason
 DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 
@@ -71,14 +75,23 @@ def kv_cache_fallback(backend: Any) -> str | None:
                 "TransformerLens bridge's components), which the path cannot call with a shared cache")
     types = getattr(hf, "layer_types", None) or []
     sliding = [i for i, t in enumerate(types) if t != "full_attention"]
-    if sliding or (getattr(hf, "sliding_window", None) is not None and getattr(hf, "use_sliding_window", True)
-                   and not types):
+    if kind not in SLIDING_OK and (sliding or (getattr(hf, "sliding_window", None) is not None and getattr(hf, "use_sliding_window", True)
+                   and not types)):
         return (f"layers {sliding or 'all'} use sliding-window attention: one query over the cached prefix would "
                 "see keys the window hides")
     return None
 
 
 ATTENTION = "phaseinterp_shared_prefix"
+
+
+def _position_embeddings(inner: Any, x: Tensor, pos_ids: Tensor) -> Any:
+    """cos/sin at `pos_ids`: one pair, or {layer type: pair} for a rotary embedding per layer type
+    (Gemma 3: local and global bases)."""
+    types = getattr(inner.config, "layer_types", None)
+    if types and "layer_type" in inspect.signature(inner.rotary_emb.forward).parameters:
+        return {t: inner.rotary_emb(x, pos_ids, t) for t in set(types)}
+    return inner.rotary_emb(x, pos_ids)
 
 
 def shared_prefix_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
@@ -171,8 +184,15 @@ class KVCacheFinalRun:
                 handles.append(layer.self_attn.o_proj.register_forward_pre_hook(keep_z(m)))
                 if m in wrapped:
                     handles += CompressedPrefix.capture(wrapped[m], groups, kept[m])
+            from transformers import DynamicCache
+
+            # a DynamicCache without the config keeps every position of every layer (one built from
+            # a config with sliding layers keeps only their last window); cut to the window below
+            name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+            cache_kw = {name: DynamicCache()} if len(wrapped) < n else {}
             with torch.no_grad():
-                out = self.model(input_ids=self.tokens, use_cache=len(wrapped) < n, logits_to_keep=qpos[:, None])
+                out = self.model(input_ids=self.tokens, use_cache=len(wrapped) < n, logits_to_keep=qpos[:, None],
+                                 **cache_kw)
         finally:
             for h in handles:
                 h.remove()
@@ -184,8 +204,14 @@ class KVCacheFinalRun:
         self.groups = []
         for i, (t, g_rows) in enumerate(groups):
             prefix = [CompressedPrefix.build(wrapped[m], t, kept[m][i]) if m in wrapped else
-                      (kv[m][0][g_rows, :, :t], kv[m][1][g_rows, :, :t]) for m in range(n)]
+                      (kv[m][0][g_rows, :, lo:t], kv[m][1][g_rows, :, lo:t])
+                      for m, lo in ((m, self._first_visible(m, t)) for m in range(n))]
             self.groups.append((t, g_rows, prefix))
+
+    def _first_visible(self, layer: int, t: int) -> int:
+        """The first position query t reads at a plain `layer`: 0, or t - window + 1 on a sliding one."""
+        window = getattr(self.layers[layer].self_attn, "sliding_window", None)
+        return 0 if window is None else max(0, t - window + 1)
 
     def base_z(self, layer: int) -> Float[Tensor, "batch head d_head"]:
         """Base head outputs of `layer` at each row's query position."""
@@ -239,6 +265,7 @@ class KVCacheFinalRun:
     def _run_group(self, t: int, rows: Tensor, prefix: list[tuple[Tensor, Tensor]], layers: list[int],
                    masks: Tensor, values: Float[Tensor, "unit row head d_head"]) -> Tensor:
         inner = self.model.model
+        types = getattr(self.model.config, "layer_types", None)
         b = len(rows)
         start = torch.tensor(layers)
         x = None  # [started units * b, 1, d_model], unit-major
@@ -252,7 +279,7 @@ class KVCacheFinalRun:
                 x = x_new if x is None else torch.cat([x, x_new.to(x.device)])
                 started += new
             if pe is None:
-                pe = inner.rotary_emb(x, pos_ids)
+                pe = _position_embeddings(inner, x, pos_ids)
             handle = None
             if new:  # the new units' rows are the last len(new) * b: their heads get the values
                 keep = masks[new][:, None, :, None]
@@ -267,11 +294,15 @@ class KVCacheFinalRun:
 
                 handle = self.layers[m].self_attn.o_proj.register_forward_pre_hook(edit)
             try:
-                x = self.layers[m](x, attention_mask=None, position_ids=pos_ids, position_embeddings=pe,
+                x = self.layers[m](x, attention_mask=None, position_ids=pos_ids,
+                                   position_embeddings=pe[types[m]] if isinstance(pe, dict) else pe,
                                    use_cache=False, shared_prefix=prefix[m])
                 x = x[0] if isinstance(x, tuple) else x
             finally:
                 if handle is not None:
                     handle.remove()
         logits = self.model.lm_head(inner.norm(x))[:, 0].view(len(started), b, -1)
+        cap = getattr(self.model.config, "final_logit_softcapping", None)  # Gemma's tanh cap (None in Gemma 3)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
         return logits[torch.argsort(torch.tensor(started))]

@@ -1,8 +1,9 @@
 """Training-free chunked KV compression of a pretrained Llama-family model (SmolLM2, Llama, Qwen2...).
 
 `compress_attention(model, KVCompression(...))` replaces the attention of chosen layers by
-`CompressedLlamaAttention`, which reuses the layer's own projections (same parameters, no training)
-and attends, in one joint softmax, over
+`CompressedLlamaAttention`, which reuses the layer's own projections (same parameters, no training;
+its QK-norm too where the layer has one, as Qwen3 and Gemma 3 do; Gemma 3's layers get the subclass
+`families.gemma3.attention.CompressedGemma3Attention`, which keeps sliding windows) and attends, in one joint softmax, over
 
 - compressed entries: window j covers positions jS .. jS+W-1; its key and value entries pool the
   layer's own keys and values over the window with weights a_{j,i} (i = 0..W-1); entry j is visible
@@ -51,7 +52,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
@@ -149,6 +150,8 @@ class CompressedLlamaAttention(nn.Module):
         self.group = original.num_key_value_groups
         self.scaling = original.scaling
         self.layer_idx = getattr(original, "layer_idx", None)
+        # QK-norm (Qwen3, Gemma 3): RMSNorm of each head's query and key before RoPE; None elsewhere
+        self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
         object.__setattr__(self, "original", original)  # not a submodule: parameters appear once
         object.__setattr__(self, "rotary", rotary)
         self.hook_k, self.hook_v = HookPoint(), HookPoint()
@@ -157,6 +160,19 @@ class CompressedLlamaAttention(nn.Module):
 
     def _cos_sin(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         return self.rotary(x, positions[None].to(x.device))
+
+    def heads(self, which: str, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos heads d_head"]:
+        """The layer's queries (`which="q"`) or keys ("k") of x before RoPE, per head (QK-norm applied)."""
+        proj, norm = (self.q_proj, self.q_norm) if which == "q" else (self.k_proj, self.k_norm)
+        h = proj(x).view(*x.shape[:-1], -1, self.head_dim)
+        return h if norm is None else norm(h)
+
+    def visible(self, t: Int[Tensor, " pos"], ends: Int[Tensor, " entry"]) -> Bool[Tensor, "pos key"]:
+        """Which keys of `hook_pattern`'s layout (entries, sink slots, local slots) query t sees."""
+        L, n_sink, dev = self.spec.local, self.spec.sink, t.device
+        return torch.cat([ends[None] <= t[:, None],
+                          torch.arange(n_sink, device=dev)[None] < t[:, None] - L + 1,  # outside the local window
+                          t[:, None] - L + 1 + torch.arange(L, device=dev) >= 0], 1)
 
     def pool_weights(self, q_rot: Float[Tensor, "batch pos head d_head"], k_rot: Float[Tensor, "batch pos kv_head d_head"],
                      windows: Int[Tensor, "entry offset"]) -> Float[Tensor, "batch entry offset kv_head"]:
@@ -213,8 +229,8 @@ class CompressedLlamaAttention(nn.Module):
         b, T, _ = hidden_states.shape
         cos, sin = position_embeddings
         # head-major [b, heads, T, d] like HF's attention (the projection's own output is freed here)
-        q_rot = _rope_heads(self.q_proj(hidden_states).view(b, T, -1, d), cos, sin)
-        k = self.hook_k(self.k_proj(hidden_states).view(b, T, -1, d))
+        q_rot = _rope_heads(self.heads("q", hidden_states), cos, sin)
+        k = self.hook_k(self.heads("k", hidden_states))
         v = self.hook_v(self.v_proj(hidden_states).view(b, T, -1, d))
         k_rot = _rope_heads(k, cos, sin)
         k_ent, v_ent, ends = self.entries(q_rot.transpose(1, 2), k, k_rot.transpose(1, 2), v, cos)
@@ -257,9 +273,7 @@ class CompressedLlamaAttention(nn.Module):
             if n_sink:
                 out[..., n:n + n_sink] = qc @ sink_k.transpose(-1, -2)
             out[..., n + n_sink:] = _band_scores(qc, kp[:, :, s:s + cp + L], L)
-            seen = torch.cat([ends[None] <= t[:, None],
-                              torch.arange(n_sink, device=dev)[None] < t[:, None] - L + 1,  # outside the local window
-                              t[:, None] - L + 1 + torch.arange(L, device=dev) >= 0], 1)
+            seen = self.visible(t, ends)
             out.mul_(self.scaling).masked_fill_(~seen, float("-inf"))
             # softmax in place; a query that sees nothing (local=0, before the first window) attends to nothing
             out.sub_(out.amax(-1, keepdim=True)).exp_().nan_to_num_(0.0)
@@ -373,6 +387,16 @@ def restore_attention(model: nn.Module) -> nn.Module:
     return model
 
 
+def _wrapper(attn: nn.Module) -> type[CompressedLlamaAttention]:
+    """The compressed attention class for an HF attention module: Gemma 3's (sliding windows, RoPE
+    per layer type) or the Llama family's."""
+    if type(attn).__name__ == "Gemma3Attention":
+        from phaseinterp.families.gemma3.attention import CompressedGemma3Attention
+
+        return CompressedGemma3Attention
+    return CompressedLlamaAttention
+
+
 def compress_attention(model: nn.Module, spec: KVCompression) -> nn.Module:
     """Replace the attention of `spec.layers` (default all) by `CompressedLlamaAttention`, in place
     (earlier compression is undone first). Returns the model.
@@ -387,7 +411,7 @@ def compress_attention(model: nn.Module, spec: KVCompression) -> nn.Module:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(layers):
             raise ValueError(f"layer={i!r} is out of range: allowed 0..{len(layers) - 1}")
     for i in chosen:
-        layers[i].self_attn = CompressedLlamaAttention(layers[i].self_attn, spec, model.model.rotary_emb)
+        layers[i].self_attn = _wrapper(layers[i].self_attn)(layers[i].self_attn, spec, model.model.rotary_emb)
     return model
 
 

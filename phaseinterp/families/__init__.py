@@ -22,6 +22,7 @@ from phaseinterp.family import (FAMILIES, ModelFamily, backend_of, build_model, 
 #: with their HF model's config, which the DeepSeek-V4 family (and the HF fallback) would claim.
 MODULES = [
     "phaseinterp.families.bridges",
+    "phaseinterp.families.gemma3",  # before compressed_hf: a compressed Gemma 3 is both
     "phaseinterp.families.compressed_hf",
     "phaseinterp.families.deepseek_v4",
     "phaseinterp.families.dsa",
