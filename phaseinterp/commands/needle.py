@@ -54,7 +54,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--local", type=int, default=16, help="exact local window in tokens (default 16)")
     p.add_argument("--sink", type=int, default=0, help="first tokens kept exactly (attention sink; default 0)")
     p.add_argument("--task-seed", type=int, default=0, help="seed of the prompts (default 0)")
-    p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass (default 4)")
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="scored answer tokens per forward pass (default 16; the tokens of one prompt share its forward: "
+                        "with 4-token values, 4 prompts)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
     p.add_argument("--n-perm", type=int, default=2000, help="permutations per test (default 2000)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
