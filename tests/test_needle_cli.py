@@ -138,6 +138,7 @@ def test_bad_input_is_refused_naming_the_value_and_the_range(llama_dir, tokenize
                                                              capsys, extra, message):
     assert main(_argv(llama_dir, tokenizer_dir, haystack, tmp_path / "o", *extra)) == 2
     assert message in capsys.readouterr().err
+    assert not list((tmp_path / "o").rglob("*.npz")), "refused before any sweep ran"
 
 
 def test_compression_options_need_compress_and_the_choices_match_the_library(tmp_path, capsys):

@@ -140,6 +140,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if longest is not None and max(args.lengths) > longest:
         raise ValueError(f"--lengths {max(args.lengths)} is out of range: allowed 16..{longest} (the model's "
                          "max_position_embeddings)")
+    if spec is not None:  # a layer out of range or a model compress_attention cannot wrap: refused before any sweep
+        try:
+            compress_attention(model, spec)
+        except ValueError as err:
+            raise ValueError(f"--compress on {str(args.model)!r}: {err}") from None
+        restore_attention(model)
     conditions = [("uncompressed", None)] + ([("compressed", spec)] if spec is not None else [])
     period = spec.stride if spec is not None and args.modulus % spec.stride == 0 else None
     units, journal = [], getattr(args, "journal", None)
