@@ -90,17 +90,19 @@ print("greedy:", repr(tokenizer.decode(out[0, q + 1:])), "| answer:", repr(task.
 # %% [markdown]
 # ## Compressed: W8/S8 mean pooling in the upper layers
 #
-# Every key and value of layers 15..29 is pooled into 8-token chunks (complete windows only), with a
-# 64-token exact local window and a 4-token attention sink. Compressing all 30 layers this way
-# scores 0% on this test (the needle cannot be read back at all), which says nothing about phase;
-# compressing part of the model leaves accuracy between floor and ceiling, where weak residues can show.
+# Every key and value of layers 15..29 is pooled into 8-token chunks (complete windows only), beside
+# an exact local window and a 4-token attention sink. With a 64-token local window this scores 0% on
+# these prompts (tried: the needle cannot be read back at all, which says nothing about phase). With
+# a 192-token window, a needle at depth 0.75 of a 512-token prompt lies inside the exact window of
+# the answer positions while one at depth 0.25 is seen only through the pooled chunks: the depth x
+# phase grid separates the two, and any weak residue shows among the pooled ones.
 # The same prompts, the same scoring. With R = 4 each residue folds two offsets of the 8-token chunk
 # grid, and the curve carries the permutation test of "no phase effect"; the periodicity test at the
 # grid's period needs R a multiple of 8 (the verb below uses R = 8 and reports both).
 
 # %%
-compress_attention(model, KVCompression(8, 8, "mean", local=64, sink=4, layers=tuple(range(15, 30))))
-squeezed = phase_sweep(model, batch, label="W8/S8 mean, layers 15-29", **kw)
+compress_attention(model, KVCompression(8, 8, "mean", local=192, sink=4, layers=tuple(range(15, 30))))
+squeezed = phase_sweep(model, batch, label="W8/S8 mean L192, layers 15-29", **kw)
 restore_attention(model)
 print(squeezed)
 phase_figure({"uncompressed": clean, "compressed": squeezed})
@@ -118,6 +120,6 @@ depth_phase_figure(depth_phase_grid(squeezed.correct, batch, n_bins=2, label="co
 #
 #     phaseinterp needle smollm2 --lengths 1024 4096 --modulus 8 --n-per-residue 32 \
 #         --compress 8 8 --rule mean --layers 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 \
-#         --local 64 --sink 4 --out out/needle
+#         --local 192 --sink 4 --out out/needle
 #
 # `--haystack DIR` takes a folder of your own `.txt` files instead of the essays (docs/tasks.md).
