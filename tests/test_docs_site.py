@@ -4,7 +4,7 @@
 an unresolved cross-reference. The fast build runs one tutorial (the quickstart, whose figures are checked:
 plotly drawn offline with the site's own plotly.js) and renders the others without running them
 (tests/test_tutorials.py runs them); the slow one (`pytest -m slow`) builds the site as `mkdocs build` does,
-running all eleven (a tutorial whose extra is not installed is rendered without running it).
+running all twelve (a tutorial whose extra is not installed is rendered without running it).
 Skipped only where the docs extra is missing: .ci/run installs it (`pip install -e ".[docs]"`), so CI runs both.
 """
 

@@ -205,7 +205,7 @@ def test_every_verb_with_out_is_refused_on_a_held_folder(tmp_path, capsys):
     try:
         assert holder.stdout.readline().strip() == "held"
         for verb in [["train", "--preset", "w4s4"], ["theory"], ["reproduce"], ["gates", "w4s4"], ["flip", "w4s4"],
-                     ["knockout", "w4s4"], ["sweep", "w4s4"]]:
+                     ["knockout", "w4s4"], ["sweep", "w4s4"], ["needle", "smollm2"]]:
             assert main([*verb, "--out", str(out)]) == 2, verb
             assert f"is in use by another run (pid {holder.pid} " in capsys.readouterr().err, verb
     finally:

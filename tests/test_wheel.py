@@ -111,7 +111,7 @@ def test_installed_wheel_runs_the_quick_report_and_a_sweep_by_name(venv, tmp_pat
 
 
 #: The two tutorials run from the wheel: the smallest two that read shipped assets (a model and its card
-#: by name; package data by `phaseinterp.assets.asset`). tests/test_tutorials.py runs all eleven in the checkout.
+#: by name; package data by `phaseinterp.assets.asset`). tests/test_tutorials.py runs all twelve in the checkout.
 WHEEL_TUTORIALS = ["01_quickstart", "08_mitigations"]
 
 
