@@ -23,6 +23,8 @@ SOURCES = sorted(TUTORIALS.glob("[0-9][0-9]_*.py"))
 TOPICS = ["01_quickstart", "02_hooks_and_gates", "03_knockout_maps", "04_patching_and_attribution",
           "05_training", "06_huggingface_nnsight", "07_theory", "08_mitigations"]
 TIMEOUT_S = 300  # per cell; each tutorial takes well under a minute here
+#: Tutorials that run a real model over long prose: 10 to 17 minutes on two CPU cores, so `-m slow` runs them.
+SLOW = {"12_prose_needle"}
 
 
 def _cells(nb: nbformat.NotebookNode) -> list[tuple[str, str]]:
@@ -51,7 +53,8 @@ def test_notebook_matches_its_jupytext_source(source: Path):
     assert "torch.set_num_threads(1)" in first_code
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in SLOW else [])
+                                      for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
 def test_tutorial_runs(notebook: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits this environment
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
