@@ -387,13 +387,22 @@ def restore_attention(model: nn.Module) -> nn.Module:
     return model
 
 
-def _wrapper(attn: nn.Module) -> type[CompressedLlamaAttention]:
-    """The compressed attention class for an HF attention module: Gemma 3's (sliding windows, RoPE
-    per layer type) or the Llama family's."""
-    if type(attn).__name__ == "Gemma3Attention":
-        from phaseinterp.families.gemma3.attention import CompressedGemma3Attention
+#: HF attention class name -> its compressed wrapper, for attentions that differ from Llama's; a family
+#: module registers its own on import (`families.gemma3.attention`), so this floor never imports it.
+WRAPPERS: dict[str, type[CompressedLlamaAttention]] = {}
+#: attentions whose wrapper lives in a family module, and the function that compresses them
+_REGISTERED_BY = {"Gemma3Attention": "compress_gemma3 (families/gemma3/attention.py)"}
 
-        return CompressedGemma3Attention
+
+def _wrapper(attn: nn.Module) -> type[CompressedLlamaAttention]:
+    """The compressed attention class for an HF attention module: the registered one (Gemma 3's:
+    sliding windows, RoPE per layer type) or the Llama family's."""
+    name = type(attn).__name__
+    if name in WRAPPERS:
+        return WRAPPERS[name]
+    if name in _REGISTERED_BY:
+        raise ValueError(f"attention {name} is invalid here until its family's wrapper is registered: "
+                         f"compress it with {_REGISTERED_BY[name]}, which registers it")
     return CompressedLlamaAttention
 
 

@@ -28,7 +28,7 @@ import torch.nn as nn
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from phaseinterp.backends.kv_compression import CompressedLlamaAttention, KVCompression, compress_attention
+from phaseinterp.backends.kv_compression import WRAPPERS, CompressedLlamaAttention, KVCompression, compress_attention
 
 #: `layers=` choices of `compress_gemma3`
 LAYER_CHOICES = ("global", "all")
@@ -57,6 +57,9 @@ class CompressedGemma3Attention(CompressedLlamaAttention):
                             torch.arange(spec.sink, device=dev)[None] >= first,
                             t[:, None] - spec.local + 1 + torch.arange(spec.local, device=dev) >= first], 1)
         return seen & inside
+
+
+WRAPPERS["Gemma3Attention"] = CompressedGemma3Attention
 
 
 def global_layers(model: Any) -> tuple[int, ...]:
