@@ -99,8 +99,8 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     if not c["control_in_range"]:
         missing = [t for t in TASKS if f"{t[0]}x{t[1]}v{t[2]}" not in c["control_mean_by_task"]]
-        lines += ["Full attention solves every task trained so far, so on them the control could not fail: no table is "
-                  "built on them."
+        lines += ["Full attention solves every task it learned so far, so on them the control could not fail: no table "
+                  "is built on them."
                   + (" Still to train: " + ", ".join(f"{t[1]} records in {t[0]}-token rows, vocabulary {t[2]} "
                                                      f"(`python -m experiments.long_rows.train --members full w8s8 --task "
                                                      f"{t[0]} {t[1]} {t[2]}`)" for t in missing) + "." if missing else ""), ""]

@@ -27,6 +27,11 @@ def test_the_rule_takes_the_setting_most_runs_learned_at_and_the_easiest_task_th
     c = calibration.choose(ceiling)
     assert (c["seq_len"], c["records"], c["vocab_size"]) == calibration.TASKS[-1] and not c["control_in_range"]
     assert "exceeds 90% on every task" in c["notes"][0]
+    unlearned = _row("full", calibration.TASKS[-1], 1e-3, False, 0.004)  # below 90%, but the control never learned it
+    c = calibration.choose(ceiling[:-1] + [unlearned])
+    assert (c["seq_len"], c["records"], c["vocab_size"]) == calibration.TASKS[-2] and "did not learn" in c["notes"][0]
+    with pytest.raises(ValueError, match="no learned 'full' calibration row"):
+        calibration.choose([unlearned])
     with pytest.raises(ValueError, match="rows=\\[\\] is invalid"):
         calibration.choose([])
 
