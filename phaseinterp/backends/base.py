@@ -23,6 +23,7 @@ from torch import Tensor
 
 from phaseinterp.backends.batching import BatchedNNsight, first_device
 from phaseinterp.backends.compat import TLCompat
+from phaseinterp.backends.tokens import TokenizerMethods
 from phaseinterp.backends.compression import Compression
 from phaseinterp.backends.edits import CycleGate, Edit, _positions, sites
 from phaseinterp.backends.units import BackendConfig, Positions, Read
@@ -54,7 +55,7 @@ def input_head_site(module: Any, n_heads: int, d_head: int) -> Site:
                 from_canon=lambda canon, raw: canon.reshape(raw.shape))
 
 
-class Backend(TLCompat):
+class Backend(TLCompat, TokenizerMethods):
     """Base class; see `HookedBackend`, `DeepseekV4Backend`, `HFCausalLMBackend`.
 
     Example:

@@ -211,7 +211,7 @@ class BridgeBackend(Backend):
 
     @classmethod
     def wrap(cls, model: Any, stride: int | None = None) -> Backend:
-        return backend_of(bridged_model(model), stride)
+        return _with_tokenizer(backend_of(bridged_model(model), stride), model)
 
 
 class LanguageModelBackend(Backend):
@@ -220,7 +220,15 @@ class LanguageModelBackend(Backend):
 
     @classmethod
     def wrap(cls, model: Any, stride: int | None = None) -> Backend:
-        return backend_of(language_model_module(model), stride)
+        return _with_tokenizer(backend_of(language_model_module(model), stride), model)
+
+
+def _with_tokenizer(backend: Backend, wrapper: Any) -> Backend:
+    """The backend reads text with the wrapper's tokenizer (`to_tokens`, `to_str_tokens`), when it has one."""
+    if getattr(wrapper, "tokenizer", None) is not None:
+        backend.tokenizer = wrapper.tokenizer
+        backend.default_prepend_bos = getattr(getattr(wrapper, "cfg", None), "default_prepend_bos", None)
+    return backend
 
 
 __all__ = ["BridgeBackend", "DEEPSEEK_V4_HOOKS", "DEFAULT_HOOKS", "LanguageModelBackend", "SITES", "add_gate_hooks",
