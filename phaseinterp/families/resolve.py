@@ -141,10 +141,17 @@ def recorded_config(model: Any) -> Any:
     return getattr(model, "recorded_cfg", None) or getattr(model, "cfg", None)
 
 
+def context_length(model: Any) -> int | None:
+    """The longest sequence an HF model's positions cover (`config.max_position_embeddings`, of the text
+    config where there is one), or None where its config does not say."""
+    config = getattr(model, "config", None)
+    return getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", None)
+
+
 def model_class(model: Any) -> str:
     """The class name results record: a backend's wrapped model class, else the object's type."""
     return model.model_class() if is_backend(model) or isinstance(model, PlainModel) else type(model).__name__
 
 
-__all__ = ["PlainModel", "backend_for", "forward_logits", "is_backend", "model_class", "module_of", "recorded_config",
+__all__ = ["PlainModel", "backend_for", "context_length", "forward_logits", "is_backend", "model_class", "module_of", "recorded_config",
            "resolve_model", "runner"]

@@ -81,7 +81,7 @@ class DecodeFinalRun:
         >>> v4 = DeepseekV4Backend(tiny_deepseek_v4())
         >>> run = v4.final_position_run(tokens, torch.full((len(tokens),), tokens.shape[1] - 1))
         >>> run.run_z([1], torch.ones(1, 4, dtype=torch.bool), torch.zeros(1, len(tokens), 4, 64)).shape
-        torch.Size([1, 2, 512])
+        torch.Size([1, 8, 512])
     """
 
     def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],

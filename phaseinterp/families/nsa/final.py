@@ -28,8 +28,12 @@ class NSAFinalRun:
     recomputed after edits of the head outputs there (`logits`, `base_z`, `run_z`).
 
     Example:
-        >>> run = NSABackend(nsa_model).final_position_run(batch.tokens, batch.query_pos)
-        >>> run.run_z([1], torch.ones(1, 4, dtype=torch.bool), torch.zeros(1, len(batch), 4, 16)).shape
+        >>> from phaseinterp.families.nsa.backend import NSABackend
+        >>> from phaseinterp.model.nsa import NSAConfig, NSATransformer
+        >>> nsa = NSATransformer(NSAConfig(vocab_size=512, num_selected=1), seed=0)
+        >>> run = NSABackend(nsa).final_position_run(batch.tokens, batch.query_pos)
+        >>> run.run_z([1], torch.ones(1, nsa.cfg.n_heads, dtype=torch.bool),
+        ...           torch.zeros(1, len(batch), nsa.cfg.n_heads, nsa.cfg.d_head)).shape
         torch.Size([1, 8, 512])
     """
 
