@@ -249,8 +249,8 @@ class Backend(TLCompat, TokenizerMethods):
         """The cached base run that recomputes only each row's query position after edits there
         (`backends.incremental.FinalPositionRun`), where the backend has one."""
         raise ValueError(f"the incremental final-position path is not available on {self.describe()}: allowed on "
-                         "HookedBackend and HFCausalLMBackend (Llama / Qwen / Mistral decoders, through the KV cache) "
-                         "without hooks attached (use method='hooks')")
+                         "HookedBackend, NSABackend, DeepseekV4Backend and HFCausalLMBackend (Llama / Qwen / Mistral / "
+                         "Gemma 3 decoders, through the KV cache) without hooks attached (use method='hooks')")
 
     @contextmanager
     def cycled_gates(self, units: Sequence[Unit], delta: int, *, payload: bool = False) -> Iterator[None]:

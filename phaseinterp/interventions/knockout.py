@@ -175,8 +175,9 @@ def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibratio
     if method == "incremental" and not can_fast:
         why = model.incremental_fallback()
         raise ValueError(f"method='incremental' needs positions='final' and a backend with the final-position path "
-                         f"(our HookedCompressedTransformer, a HF Llama / Qwen / Mistral decoder through its KV "
-                         f"cache, compressed or not, or DeepSeek-V4 through its decoding cache) without hooks attached; "
+                         f"(our HookedCompressedTransformer, a HF Llama / Qwen / Mistral / Gemma 3 decoder through "
+                         f"its KV cache, compressed or not, or DeepSeek-V4 through its decoding cache) without hooks "
+                         f"attached; "
                          f"got positions={positions!r} on {model.describe()}"
                          f"{'' if why is None else ': ' + why} (allowed: method='hooks')")
     method = ("incremental" if can_fast else "hooks") if method == "auto" else method

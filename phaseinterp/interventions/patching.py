@@ -253,8 +253,8 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
     if method == "incremental" and not fast_ok:
         why = model.incremental_fallback()
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
-                         "the 'final' site only, on our HookedCompressedTransformer or (unit 'z') a HF Llama / Qwen / "
-                         f"Mistral decoder through its KV cache, without hooks; got unit={unit!r}, "
+                         "the 'final' site only, on a backend with the final-position path (our model, NSA, DeepSeek-V4, "
+                         f"a HF Llama / Qwen / Mistral / Gemma 3 decoder through its KV cache), without hooks; got unit={unit!r}, "
                          f"positions={positions!r} on {model.describe()}{'' if why is None else ': ' + why} "
                          "(allowed: method='hooks')")
     if unit == "z":
