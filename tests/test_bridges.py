@@ -17,7 +17,7 @@ from nnsight import LanguageModel
 from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
 
 from phaseinterp.backends import DeepseekV4Backend, HFCausalLMBackend, Read, SetGate, Unit, backend_for, resolve_model
-from phaseinterp.backends.bridge import add_gate_hooks, bridge_hook_name
+from phaseinterp.families.bridges.backend import add_gate_hooks, bridge_hook_name
 from phaseinterp.backends.tiny import tiny_qwen3, word_tokenizer
 from phaseinterp.families import family_of_model
 from phaseinterp.families.deepseek_v4 import tiny_deepseek_v4_spec

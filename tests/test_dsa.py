@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from phaseinterp.backends import backend_for
-from phaseinterp.backends.dsa import DSABackend, drop_keys, force_selection, recent_keys
-from phaseinterp.backends.dsa_indexer import additive, indexer_kl, indexer_scores, indices_of
+from phaseinterp.families.dsa.backend import DSABackend, drop_keys, force_selection, recent_keys
+from phaseinterp.families.dsa.indexer import additive, indexer_kl, indexer_scores, indices_of
 from phaseinterp.families.dsa import tiny_dsa_spec
 from phaseinterp.family import family_of_model
 from phaseinterp.measure import phase_sweep

@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from phaseinterp.backends import KVCompression, compress_attention
 from phaseinterp.backends.compressed_final import CompressedPrefix
-from phaseinterp.backends.compressed_hf import CompressedHFBackend
+from phaseinterp.families.compressed_hf.backend import CompressedHFBackend
 from phaseinterp.backends.kv_cache import kv_cache_fallback
 from phaseinterp.backends.kv_compression import compressed_layers, restore_attention
 from phaseinterp.interventions import Pairing, activation_patching, head_units, knockout_logits, knockout_map

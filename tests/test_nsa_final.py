@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("native_sparse_attention_pytorch")
 
-from phaseinterp.backends.nsa import NSABackend  # noqa: E402
+from phaseinterp.families.nsa.backend import NSABackend  # noqa: E402
 from phaseinterp.interventions import head_units, knockout_logits  # noqa: E402
 from phaseinterp.model.nsa import NSATransformer  # noqa: E402
 from phaseinterp.model.nsa.config import NSAConfig  # noqa: E402

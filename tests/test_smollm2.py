@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from phaseinterp.backends import Replace, SetGate, Unit, backend_for
-from phaseinterp.backends.compressed_hf import CompressedHFBackend
+from phaseinterp.families.compressed_hf.backend import CompressedHFBackend
 from phaseinterp.backends.kv_compression import (ANCHORS, RULES, KVCompression, compress_attention, compressed_layers,
                                                  hook_cache, restore_attention)
 from phaseinterp.backends.smollm2 import smollm2_dir

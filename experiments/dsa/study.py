@@ -79,7 +79,7 @@ def study_checkpoint(card_path: Path, *, n_per_residue: int, n_boot: int, n_perm
     import torch
 
     from phaseinterp.backends import backend_for
-    from phaseinterp.backends.dsa import drop_keys, recent_keys
+    from phaseinterp.families.dsa.backend import drop_keys, recent_keys
     from phaseinterp.checkpoint import load
     from phaseinterp.tasks import RecordLookup
     from phaseinterp.train.evaluate import rows_for

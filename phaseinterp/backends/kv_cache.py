@@ -126,7 +126,7 @@ class KVCacheFinalRun:
         logits: base next-token logits at `query_pos`, [batch, vocab].
 
     Example:
-        >>> from phaseinterp.backends.hf import HFCausalLMBackend
+        >>> from phaseinterp.backends import HFCausalLMBackend
         >>> from phaseinterp.backends.tiny import tiny_qwen3
         >>> qwen = HFCausalLMBackend(tiny_qwen3(seed=0))  # 4 query heads over 2 KV heads, d_head 16
         >>> run = qwen.final_position_run(batch.tokens, batch.query_pos)  # one cached forward

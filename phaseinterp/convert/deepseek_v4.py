@@ -3,7 +3,9 @@ compressor strides live in its model family's folder (`phaseinterp/families/deep
 that old imports keep working; import from the new path."""
 
 import sys
+import warnings
 
 from phaseinterp.families.deepseek_v4 import convert as _module
 
+warnings.warn(f"{__name__} is deprecated: import {_module.__name__}", DeprecationWarning, stacklevel=2)
 sys.modules[__name__] = _module
