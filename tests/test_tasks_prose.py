@@ -210,7 +210,7 @@ def test_prose_through_the_registry_its_card_and_the_cli(task, tokenizer_dir, ha
 
 
 def test_errors_name_the_value_and_the_way_out(tokenizer_dir, haystack, tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="anchor='key' is invalid: allowed one of \\['value', 'needle'\\]"):
+    with pytest.raises(ValueError, match="anchor='key' is invalid: allowed one of \\['value', 'needle', 'question'\\]"):
         ProseNeedle(str(tokenizer_dir), haystack_dir=str(haystack), anchor="key")
     with pytest.raises(ValueError, match="seq_len=40 is too short"):
         ProseNeedle(str(tokenizer_dir), seq_len=40, haystack_dir=str(haystack)).sample(1, 4)

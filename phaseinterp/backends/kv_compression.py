@@ -59,6 +59,8 @@ from transformer_lens.hook_points import HookPoint
 from phaseinterp.backends.compressed_final import _rope, _rotate_half, final_position_attention
 
 RULES = ("mean", "score", "evict")
+#: softmax scores (minus the row maximum) are clamped here before exp: see `CompressedLlamaAttention._pattern`
+EXP_FLOOR = -80.0
 ANCHORS = ("post", "first", "centre", "last")
 
 
@@ -273,10 +275,13 @@ class CompressedLlamaAttention(nn.Module):
             if n_sink:
                 out[..., n:n + n_sink] = qc @ sink_k.transpose(-1, -2)
             out[..., n + n_sink:] = _band_scores(qc, kp[:, :, s:s + cp + L], L)
-            seen = self.visible(t, ends)
-            out.mul_(self.scaling).masked_fill_(~seen, float("-inf"))
-            # softmax in place; a query that sees nothing (local=0, before the first window) attends to nothing
-            out.sub_(out.amax(-1, keepdim=True)).exp_().nan_to_num_(0.0)
+            hidden = ~self.visible(t, ends)
+            out.mul_(self.scaling).masked_fill_(hidden, float("-inf"))
+            # softmax in place. exp below -87 gives float32 denormals (or 0 from -inf), which CPUs compute
+            # about 10x slower than normal values: scores are clamped at EXP_FLOOR (exp = 2e-35 of the row's
+            # largest weight, below float32's resolution of the row sum) and hidden keys zeroed after exp.
+            # A query that sees nothing (local=0, before the first window) attends to nothing.
+            out.sub_(out.amax(-1, keepdim=True)).clamp_(min=EXP_FLOOR).exp_().masked_fill_(hidden, 0.0)
             out.div_(out.sum(-1, keepdim=True).clamp_(min=torch.finfo(out.dtype).tiny))
         return self.hook_pattern(pattern.view(b, K * G, T, -1)).view(b, K, G, T, -1)
 
