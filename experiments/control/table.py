@@ -1,4 +1,4 @@
-"""The control on a harder task (issue 32, PAPER.md claim 2): full attention below ceiling, so that a
+"""The control on a harder task (issue 32, docs/paper.md, claim 2): full attention below ceiling, so that a
 phase effect could show in it, next to compressed members with the same head size and KV heads.
 
     python -m experiments.control.table          # -> assets/results/control/zoo.{md,json,csv}
@@ -175,7 +175,7 @@ def run(out: Path, *, folders: tuple[Path, ...] = FOLDERS, members: tuple[str, .
                   f"{r['gap_heldout_pp']:5.1f} {r['gap_ci_pp']} period {r['dominant_period']}", flush=True)
     v = verdict(rows)
     out.mkdir(parents=True, exist_ok=True)
-    head = ("# The control on a harder task (PAPER.md claim 2)\n\n"
+    head = ("# The control on a harder task (docs/paper.md, claim 2)\n\n"
             f"Reproduce: `python -m experiments.control.table` (checkpoints: {', '.join(f.as_posix() for f in folders)}).\n\n"
             f"The harder task: each card's matched task with {n_records} records instead of 10, in rows of {seq_len} "
             "tokens instead of 64 (longer where a residue needs it); training unchanged (the recipe rule). \"Learned\": best "

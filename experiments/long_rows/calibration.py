@@ -11,7 +11,8 @@ the steps the rule gives full attention and W8 compressors on long rows, `rule.L
    which full attention learned and its mean (prefix, the card's curve) is at most 90%; if it exceeds
    90% on every task it learned, the last of those (the table says so); if it is then below 50%, the
    table says that too. A task the control did not learn is never chosen (its control fails for want
-   of training, which says nothing about compression); the notes name it. (Amended when the first
+   of training, which says nothing about compression); the notes name it, and if it learned no task,
+   the hardest is used and the table says the control cannot be judged. (Amended when the first
    such row arrived, 112 records in 256-token rows with vocabulary 1024: the rule as first written
    took "mean at most 90%" alone, and would have chosen a task on which full attention scores 0.4%.) 56 records is
    the most the evaluation task allows with the 256-token vocabulary (each split uses values of one
@@ -69,15 +70,17 @@ def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     control = [r for r in rows if r["member"] == CONTROL and (r["lr"], r["warmup"]) == (lr, warmup)]
     means = {tuple(r["task"]): r["mean"] for r in control}
     unlearned = [t for t in TASKS if any(tuple(r["task"]) == t and not r["learned"] for r in control)]
-    tasks = [t for t in TASKS if t in means and t not in unlearned]
-    if not tasks:
-        raise ValueError(f"no learned {CONTROL!r} calibration row at lr={lr}, warmup={warmup}: the rule needs the "
-                         "control's mean on a task it learned")
+    if not means:
+        raise ValueError(f"no {CONTROL!r} calibration row at lr={lr}, warmup={warmup}: the rule needs the control's mean")
+    learned = [t for t in TASKS if t in means and t not in unlearned]
+    tasks = learned or [t for t in TASKS if t in means]  # none learned: the table says it cannot judge the control
     below = [t for t in tasks if means[t] <= HIGH]
-    task = below[0] if below else tasks[-1]
+    task = below[0] if below and learned else tasks[-1]
     notes = [f"full attention did not learn {t[1]} records in {t[0]}-token rows, vocabulary {t[2]} "
              f"({means[t]:.1%}): not eligible" for t in unlearned]
-    if not below:
+    if not learned:
+        notes.append("full attention learned no task: the hardest is used, and the control cannot be judged on it")
+    if learned and not below:
         notes.append(f"full attention exceeds {HIGH:.0%} on every task it learned; the hardest ({task[1]} records in "
                      f"{task[0]}-token rows, vocabulary {task[2]}) is used")
     if means[task] < LOW:
@@ -85,7 +88,7 @@ def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"lr": lr, "warmup": warmup, "seq_len": task[0], "records": task[1], "vocab_size": task[2],
             "learned_share": {f"lr{k[0]:g}-warmup{k[1]}": v for k, v in share.items()},
             "control_mean_by_task": {f"{t[0]}x{t[1]}v{t[2]}": means[t] for t in TASKS if t in means}, "notes": notes,
-            "control_in_range": LOW <= means[task] <= HIGH}
+            "control_in_range": bool(learned) and LOW <= means[task] <= HIGH}
 
 
 __all__ = ["CALIBRATION_STEPS", "CONTROL", "GRID", "HIGH", "LOW", "TASKS", "choose"]

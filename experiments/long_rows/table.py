@@ -7,7 +7,7 @@ rule-generalization sweep on long rows.
 
 Reads each folder's zoo.json (written by `gpu.py`, one row per seed and protocol, with per-example
 correctness) through the zoo's member table (`experiments.zoo.members_table.build`); the paper's
-numbers come from `paper_table.json` (PAPER.md section 5). Arms with no runs yet are listed as such.
+numbers come from `paper_table.json` (docs/paper.md: what it reports). Arms with no runs yet are listed as such.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The periodicity tables (PAPER.md section 6, claims 1-2) of the shipped checkpoints.
+"""The periodicity tables (docs/paper.md, claims 1-2) of the shipped checkpoints.
 
     python -m experiments.periodicity.table                        # assets/checkpoints -> assets/results
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
              for c in args.checkpoints.glob("*.json") if not args.names or c.stem in args.names}
     tasks = "; ".join(f"`RecordLookup({', '.join(f'{k}={v!r}' for k, v in json.loads(t).items() if k != 'protocol')})`"
                       for t in sorted(tasks))
-    intro = ("# Phase sweep of the shipped checkpoints (PAPER.md section 6, claims 1-2)\n\n"
+    intro = ("# Phase sweep of the shipped checkpoints (docs/paper.md, claims 1-2)\n\n"
              "Reproduce: `python -m experiments.periodicity.table` (a minute or two on one core). Each checkpoint is "
              f"evaluated on its card's matched task ({tasks}), with the same prompts for every model. "
              "Figures: `PROTOCOL/overlay.html`.\n\n")

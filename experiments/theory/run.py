@@ -1,4 +1,4 @@
-"""The idealized model's claims as a result file: PAPER.md claim 6 (gradient flow ends in static, one-hot
+"""The idealized model's claims as a result file: docs/paper.md, claim 6 (gradient flow ends in static, one-hot
 concentration) and how coverage moves with the unembedding scale beta (heads pushed apart only when retrieval
 saturates), from the library's theory experiments (b) and (c) at their defaults.
 

@@ -1,4 +1,4 @@
-"""Specialization among KV heads in a zoo member (PAPER.md claim 4): the KV-head x residue knockout
+"""Specialization among KV heads in a zoo member (docs/paper.md, claim 4): the KV-head x residue knockout
 map of each seed, in absolute percentage points with bootstrap intervals.
 
     python -m experiments.zoo.heads                                   # w8s8-kv4, seeds 0 and 1
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if not found:
         print("nothing to do: no shipped seeds")
         return 1
-    lines = [f"# KV-head specialization: zoo-{args.member} (PAPER.md claim 4)", "",
+    lines = [f"# KV-head specialization: zoo-{args.member} (docs/paper.md, claim 4)", "",
              f"Reproduce: `python -m experiments.zoo.heads --member {args.member}`. Knockout of the query heads reading one "
              "KV head at the final position (calibration means from a disjoint split), absolute change in accuracy "
              f"(pp) with a paired cluster-bootstrap 95% interval, {args.n_per_residue} logical examples per residue. A "

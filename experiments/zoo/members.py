@@ -35,7 +35,7 @@ EXTRA: dict[str, dict[str, Any]] = {
     "full-d64-lr1e3": {"layout": "full", "d_head": 64, "lr": 1e-3},
     "full-d64-kv4-lr1e3": {"layout": "full", "d_head": 64, "kv_heads": 4, "lr": 1e-3},
     "w8s8-kv8": {"window": 8, "stride": 8, "kv_heads": 8},
-    # the paper's controlled variants not in the zoo (PAPER.md section 1), 2 seeds each
+    # the paper's controlled variants not in the zoo (docs/paper.md: the setting), 2 seeds each
     "w8s8-nobias": {"window": 8, "stride": 8, "offset_bias": False},
     "w8s8-shared": {"window": 8, "stride": 8, "payload": "shared"},
     "w8s8-rope32": {"window": 8, "stride": 8, "rope_dims": 32},

@@ -1,4 +1,4 @@
-"""The zoo table in the paper's shape (PAPER.md section 5 and claims 1-3): every zoo checkpoint,
+"""The zoo table in the paper's shape (docs/paper.md: what it reports, claims 1-3): every zoo checkpoint,
 every seed, both padding protocols.
 
     python -m experiments.zoo.table      # assets/checkpoints/zoo/*.json -> assets/results/zoo.{md,json,csv}
@@ -163,7 +163,7 @@ def run(checkpoints: Path, out: Path, *, n_per_residue: int = 256, task_seed: in
     note = (f"Not trained yet ({len(missing)} of {len(names)} runs; `{train}` trains what is "
             f"missing): {', '.join(missing)}.\n\n" if missing else "")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "zoo.md").write_text("# The zoo: phase curves of every compressor (PAPER.md claims 1-3)\n\n"
+    (out / "zoo.md").write_text("# The zoo: phase curves of every compressor (docs/paper.md, claims 1-3)\n\n"
                                 f"Reproduce: `{command}`.\n\n" + note + markdown(rows, n_per_residue, checkpoints.as_posix()))
     payload = {"protocol": settings, "rows": rows, "not_trained": missing, "versions": versions()}
     (out / "zoo.json").write_text(json.dumps(jsonable(payload), indent=1) + "\n")

@@ -236,7 +236,7 @@ class SetEntries:
 class CycleGate:
     """Cycle a compressor branch's gate parameters by `delta` offsets: offset i uses the gate map
     and offset bias of offset (i - delta) mod W (Z'_i = Z_{(i - delta) mod W}, b'_i likewise),
-    payload maps unchanged (PAPER.md section 4). On our model this is what
+    payload maps unchanged (docs/paper.md: the mechanism). On our model this is what
     `interventions.cycled_gates` does to the parameters; here it is an edit of the gate logits,
     rebuilt from each token's gate projections (`compression.slot_logits`), so it batches and
     runs on HF DeepSeek-V4 too. Slots before position 0 keep logit -inf (weight 0).

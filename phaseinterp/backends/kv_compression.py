@@ -7,7 +7,7 @@ its QK-norm too where the layer has one, as Qwen3 and Gemma 3 do; Gemma 3's laye
 
 - compressed entries: window j covers positions jS .. jS+W-1; its key and value entries pool the
   layer's own keys and values over the window with weights a_{j,i} (i = 0..W-1); entry j is visible
-  to query t iff jS + W - 1 <= t (PAPER.md section 1: only complete windows), and
+  to query t iff jS + W - 1 <= t (docs/paper.md: the setting: only complete windows), and
 - an exact local window: the last `local` tokens t-local+1 .. t (current included), as our
   compressed model does (a token may be seen both exactly and inside an entry), and
 - optionally the first `sink` tokens exactly (attention sinks, as StreamingLLM keeps them), when

@@ -74,7 +74,7 @@ def _split(rng: np.random.Generator, n_clusters: int) -> np.ndarray:
 
 #: table header of `gap_text` cells, and the sentence that explains them
 GAP_HEADER = "gap pp (held-out [95% CI])"
-GAP_NOTE = ("Gap: best minus worst residue (PAPER.md's statistic, inflated by sampling noise), then in parentheses "
+GAP_NOTE = ("Gap: best minus worst residue (the paper's statistic, inflated by sampling noise), then in parentheses "
             "the held-out gap, whose best and worst residues are picked on one half of the examples and measured on "
             "the other (about 0 on a flat curve; docs/statistics.md), with its cluster-bootstrap interval.")
 
