@@ -74,3 +74,17 @@ def test_bad_arguments():
         phase_figure([])
     with pytest.raises(ValueError, match=r"period=0 out of range"):
         phase_figure(c, periods=[0])
+
+
+def test_table_figure_draws_one_protocol_of_a_results_table():
+    from phaseinterp.plot import table_figure, zoo_figure
+
+    rows = [{"model": "a", "protocol": "prefix", "accuracy": [0.5, 1.0], "learned": True},
+            {"model": "b", "protocol": "prefix", "accuracy": [0.0, 0.25], "learned": False},
+            {"model": "a", "protocol": "insequence", "accuracy": [1.0, 1.0], "learned": True}]
+    fig = table_figure(rows, protocol="prefix")
+    assert [t.name for t in fig.data] == ["a", "b"] and list(fig.data[1].y) == [0.0, 25.0]
+    assert fig.data[0].line.dash is None and fig.data[1].line.dash == "dot"  # did not learn: dotted
+    with pytest.raises(ValueError, match=r"no rows with protocol='suffix': allowed \['insequence', 'prefix'\]"):
+        table_figure(rows, protocol="suffix")
+    assert zoo_figure is table_figure  # the old name still works

@@ -17,7 +17,7 @@ def nsa_section(path: Path = RESULTS):
     """Phase-curve table and curves of every NSA checkpoint, and its branch knockouts at the last layer."""
     import pandas as pd
 
-    from phaseinterp.plot import zoo_figure
+    from phaseinterp.plot import table_figure
 
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or train the NSA zoo (python -m experiments.nsa.train), then "
@@ -39,7 +39,7 @@ def nsa_section(path: Path = RESULTS):
             "selected branch. W8/S8 with selection off (k=0), k=1, k=2 and W16/S8 with k=2, two seeds each; residues "
             "mod 16. Second table: accuracy change when a branch's output is zeroed in a layer. Details and the "
             "answer to 'does selection remove the weak phases?': assets/results/nsa.md.")
-    figures = [zoo_figure(rows, protocol=p, title=f"NSA: accuracy by residue ({p} padding; dotted: did not learn)")
+    figures = [table_figure(rows, protocol=p, title=f"NSA: accuracy by residue ({p} padding; dotted: did not learn)")
                for p in ("prefix", "insequence") if any(r["protocol"] == p for r in rows)]
     return Section("Native Sparse Attention: phase curves and branch knockouts", text, [table, pd.DataFrame(knock)], figures)
 

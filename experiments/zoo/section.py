@@ -23,7 +23,7 @@ MEMBERS = assets.default("results/zoo_members.json")
 def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS, members: Path = MEMBERS):
     """The report section of the shipped zoo table: the members across seeds (when their table is
     shipped), then every run (the zoo's seeds; the further seeds) and the prefix-padding curves."""
-    from phaseinterp.plot import zoo_figure
+    from phaseinterp.plot import table_figure
 
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: get it from {assets.SOURCE}, or train the zoo (python -m experiments.zoo.train), then "
@@ -55,7 +55,8 @@ def zoo_section(path: Path = RESULTS, seeds: Path = SEEDS, members: Path = MEMBE
         text += " The last table: more seeds (assets/results/zoo-seeds, docs/training.md)."
         tables.append(_table(more))
     return Section("The zoo: phase curves of every compressor", text, tables,
-                   [zoo_figure(rows, protocol=p) for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
+                   [table_figure(rows, protocol=p, title=f"The zoo: accuracy by residue ({p} padding; dotted: did not learn)")
+                    for p in PROTOCOLS if any(r["protocol"] == p for r in rows)])
 
 
 def _by_member(summary: list[dict]) -> list[tuple[str, dict]]:

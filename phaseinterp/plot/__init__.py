@@ -14,7 +14,8 @@ from phaseinterp._lazy import lazy_exports
 if TYPE_CHECKING:  # what a type checker reads; at run time each name is imported on first use
     from phaseinterp.plot.attention import (
         attention_figure as attention_figure, attention_view as attention_view, circuitsvis_data as circuitsvis_data)
-    from phaseinterp.plot.curves import INTERVALS as INTERVALS, phase_figure as phase_figure, zoo_figure as zoo_figure
+    from phaseinterp.plot.curves import INTERVALS as INTERVALS, phase_figure as phase_figure
+    from phaseinterp.plot.curves import table_figure as table_figure, zoo_figure as zoo_figure
     from phaseinterp.plot.flip import flip_figure as flip_figure
     from phaseinterp.plot.html import PLOTLY_JS as PLOTLY_JS, save_html as save_html
     from phaseinterp.plot.maps import (
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # what a type checker reads; at run time each name is importe
 
 _EXPORTS = {
     **dict.fromkeys(("attention_figure", "attention_view", "circuitsvis_data"), "attention"),
-    **dict.fromkeys(("INTERVALS", "phase_figure", "zoo_figure"), "curves"),
+    **dict.fromkeys(("INTERVALS", "phase_figure", "table_figure", "zoo_figure"), "curves"),
     **dict.fromkeys(("PLOTLY_JS", "save_html"), "html"),
     **dict.fromkeys(("attribution_scatter", "cycling_figure", "gate_attribution_figure", "gate_dynamics_figure",
                      "gate_plane_figure", "gate_profile_figure", "map_figure"), "maps"),

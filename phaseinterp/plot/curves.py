@@ -83,9 +83,10 @@ def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseC
     return fig
 
 
-def zoo_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: str | None = None) -> go.Figure:
-    """Accuracy (%) against residue for every zoo row (`experiments/zoo/table.py`) of one padding
-    protocol; runs that did not learn are dashed."""
+def table_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: str | None = None) -> go.Figure:
+    """Accuracy (%) against residue for every row of a results table (rows with `model`, `protocol`,
+    `accuracy` by residue and `learned`, as a study's table writes them, e.g. `experiments/zoo/table.py`)
+    of one padding protocol; runs that did not learn are dotted."""
     fig = go.Figure()
     for r in rows:
         if r["protocol"] != protocol:
@@ -95,8 +96,12 @@ def zoo_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: str 
                                  line=dict(dash=None if r["learned"] else "dot"),
                                  hovertemplate="r=%{x}<br>accuracy=%{y:.1f}%<extra>" + r["model"] + "</extra>"))
     if not fig.data:
-        raise ValueError(f"no zoo rows with protocol={protocol!r}")
-    fig.update_layout(title=title or f"The zoo: accuracy by residue ({protocol} padding; dotted: did not learn)",
+        raise ValueError(f"no rows with protocol={protocol!r}: allowed {sorted({r['protocol'] for r in rows})}")
+    fig.update_layout(title=title or f"Accuracy by residue ({protocol} padding; dotted: did not learn)",
                       xaxis_title="residue r = key position mod R", yaxis_title="accuracy (%)",
                       yaxis=dict(range=[-2, 102]), template="plotly_white")
     return fig
+
+
+#: the name `table_figure` had before issue 42 took the studies out of the library
+zoo_figure = table_figure
