@@ -1,10 +1,15 @@
 """The shipped models by name: `phaseinterp.models()` lists them, `phaseinterp.load(NAME)` and every
 verb that takes a checkpoint accept a name.
 
-The list is `phaseinterp/catalog.json`, written from the checkpoint cards in the repository's `assets/`
-(`python -m phaseinterp.catalog` rewrites it; a test fails when it is stale). It names every shipped
-model, installed or not: a wheel carries the core set (`catalog.json`'s "package_data"), the rest
-comes from the repository's assets/ (a checkout, or `PHASEINTERP_HOME`, see `phaseinterp.assets`).
+Two lists, both written from checkpoint cards (a test fails when either is stale):
+
+- `phaseinterp/catalog.json`, the package's: the core set a wheel carries (`catalog.json`'s
+  "package_data"; `python -m phaseinterp.catalog` rewrites it);
+- an assets folder's own `catalog.json` (`LISTING`): the other models in that folder, e.g. the studies'
+  (the zoo, NSA, more seeds), which `python -m experiments.catalog` lists in the repository's `assets/`,
+  or a user's own carded checkpoints (`write_listing(folder)`). Every assets folder found (a checkout,
+  `PHASEINTERP_HOME`, see `phaseinterp.assets`) adds its list; a model listed there but not in it is
+  "known but not installed".
 
 Example:
     >>> info = next(m for m in models() if m.name == "w4s4")
@@ -28,6 +33,8 @@ from typing import Any
 from phaseinterp import assets
 
 MANIFEST = Path(__file__).resolve().parent / "catalog.json"
+#: An assets folder's list of the models it holds beyond the core set (`write_listing`).
+LISTING = "catalog.json"
 #: What a wheel carries (globs inside an assets folder): the checkpoints `phaseinterp reproduce`
 #: sweeps (with their cards and the W4/S4 training series and log, which tutorial 05 reads) and the result
 #: files the report reads.
@@ -77,9 +84,21 @@ class ModelInfo:
 
 
 def models() -> list[ModelInfo]:
-    """Every shipped model (installed or not), by name."""
-    data = json.loads(MANIFEST.read_text())
-    return [ModelInfo(**entry) for entry in data["models"]]
+    """Every known model (installed or not), by name: the core set, then each assets folder's listing."""
+    found = [ModelInfo(**entry) for entry in json.loads(MANIFEST.read_text())["models"]]
+    seen = {m.name for m in found}
+    for root in assets.roots():
+        if (root / LISTING).is_file():
+            for entry in json.loads((root / LISTING).read_text())["models"]:
+                if entry["name"] not in seen:
+                    found.append(ModelInfo(**entry))
+                    seen.add(entry["name"])
+    return found
+
+
+def listings() -> list[Path]:
+    """The assets folders' listings found (`LISTING` in each of `assets.roots()`)."""
+    return [root / LISTING for root in assets.roots() if (root / LISTING).is_file()]
 
 
 def names() -> list[str]:
@@ -93,9 +112,11 @@ def model_info(name: str) -> ModelInfo:
         # the nearest names, not all of them: a typo's answer is the name it meant (the list is `phaseinterp models`)
         close = difflib.get_close_matches(name, list(known), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        studies = "" if listings() else (f"; the studies' models (the zoo, NSA, more seeds) are listed where an assets "
+                                          f"folder holds their {LISTING}: {assets.SOURCE}")
         raise ValueError(f"model name {name!r} is unknown{hint}: allowed a checkpoint file, a training-run folder, a "
                          f"HuggingFace model folder or one of the {len(known)} shipped model names "
-                         "(`phaseinterp models --all` lists them, phaseinterp.models() describes them)")
+                         f"(`phaseinterp models --all` lists them, phaseinterp.models() describes them){studies}")
     return known[name]
 
 
@@ -115,7 +136,25 @@ def model_path(name: str) -> Path:
 
 
 def build(root: Path) -> dict[str, Any]:
-    """The manifest of every carded checkpoint under `root/checkpoints` (an assets folder), by name."""
+    """The package's manifest: the core set among the carded checkpoints of `root` (an assets folder)."""
+    return {"package_data": PACKAGE_DATA, "models": [e for e in entries(root) if e["core"]]}
+
+
+def listing(root: Path) -> dict[str, Any]:
+    """An assets folder's own list: its carded checkpoints outside the core set."""
+    return {"models": [e for e in entries(root) if not e["core"]]}
+
+
+def write_listing(root: Path) -> Path:
+    """Write `root/catalog.json` (`listing`): `phaseinterp.load(NAME)` and `phaseinterp models` then know
+    every carded checkpoint of `root` wherever `root` is an assets folder (`PHASEINTERP_HOME=root`)."""
+    path = Path(root) / LISTING
+    path.write_text(json.dumps(listing(Path(root)), indent=1) + "\n")
+    return path
+
+
+def entries(root: Path) -> list[dict[str, Any]]:
+    """Every carded checkpoint under `root/checkpoints` (an assets folder), by name, as `ModelInfo` fields."""
     entries, seen = [], {}
     for weights in sorted((root / "checkpoints").rglob("*.safetensors")):
         card_path = weights.with_suffix(".json")
@@ -130,7 +169,7 @@ def build(root: Path) -> dict[str, Any]:
         core = packaged(rel)
         entries.append(asdict(ModelInfo(name=name, path=rel, core=core, config=describe_config(card),
                                         learned=describe_curve(card), task=card.get("data", {}).get("eval_task") or {})))
-    return {"package_data": PACKAGE_DATA, "models": entries}
+    return entries
 
 
 def packaged(relative: str) -> bool:
@@ -172,4 +211,5 @@ if __name__ == "__main__":
     print(f"wrote {write(Path(sys.argv[1]) if len(sys.argv) > 1 else assets.CHECKOUT)}")
 
 
-__all__ = ["MANIFEST", "PACKAGE_DATA", "ModelInfo", "build", "model_info", "model_path", "models", "names", "packaged"]
+__all__ = ["LISTING", "MANIFEST", "PACKAGE_DATA", "ModelInfo", "build", "entries", "listing", "listings", "model_info",
+           "model_path", "models", "names", "packaged", "write_listing"]

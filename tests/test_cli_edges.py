@@ -24,9 +24,11 @@ SMALL = ["--n-per-residue", "2", "--n-boot", "20"]
 
 @pytest.fixture
 def core_only(tmp_path, monkeypatch):
-    """An install like the wheel's: the core checkpoints only (PHASEINTERP_HOME, no checkout)."""
+    """An install like the wheel's, the core checkpoints only, beside the studies' listing (PHASEINTERP_HOME
+    holding both, no checkout)."""
     home = tmp_path / "home" / "checkpoints"
     home.mkdir(parents=True)
+    shutil.copy(ROOT / "assets" / catalog.LISTING, home.parent)
     for m in catalog.models():
         if m.core:
             for suffix in (".safetensors", ".json"):

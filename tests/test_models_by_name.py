@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_catalog_json_is_written_from_the_shipped_cards():
     stored = json.loads(catalog.MANIFEST.read_text())
     assert stored == catalog.build(ROOT / "assets"), "stale: run `python -m phaseinterp.catalog`"
+    studies = json.loads((ROOT / "assets" / catalog.LISTING).read_text())
+    assert studies == catalog.listing(ROOT / "assets"), "stale: run `python -m experiments.catalog`"
+    assert all(m["core"] for m in stored["models"]) and not any(m["core"] for m in studies["models"])
     cards = sorted(p.with_suffix(".safetensors").relative_to(ROOT / "assets").as_posix()
                    for p in (ROOT / "assets" / "checkpoints").rglob("*.json")
                    if p.with_suffix(".safetensors").is_file())
@@ -94,6 +97,12 @@ def test_phaseinterp_home_is_searched_and_a_known_model_not_installed_says_where
     assert resolve_source("w4s4").path == only_home.resolve() / "checkpoints/w4s4.safetensors"
     installed = {m.name for m in phaseinterp.models() if m.installed}
     assert installed == {"w4s4"}
+    # without the studies' listing only the core set is known (a wheel): the error says where the rest is listed
+    assert {m.name for m in phaseinterp.models()} == {m["name"] for m in json.loads(catalog.MANIFEST.read_text())["models"]}
+    with pytest.raises(ValueError, match=r"model name 'zoo-w8s8-s0' is unknown.*the studies' models .* are listed "
+                                         r"where an assets folder holds their catalog.json.*PHASEINTERP_HOME="):
+        phaseinterp.load("zoo-w8s8-s0")
+    shutil.copy(ROOT / "assets" / catalog.LISTING, only_home)  # the listing, without the studies' weights
     with pytest.raises(FileNotFoundError, match=r"model 'zoo-w8s8-s0' is known but not installed here.*"
                                                 r"PHASEINTERP_HOME=/path/to/phaseinterp/assets.*Installed: w4s4$"):
         phaseinterp.load("zoo-w8s8-s0")
@@ -131,7 +140,22 @@ def test_reproduce_reads_the_assets_folders():
     assert all(catalog.packaged(m.path) == m.core for m in catalog.models())
 
 
+def test_a_user_s_own_assets_folder_lists_its_models(tmp_path, monkeypatch):
+    home = tmp_path / "mine"
+    (home / "checkpoints" / "mine").mkdir(parents=True)
+    for suffix in (".safetensors", ".json"):  # a user's carded checkpoint, under a name of its own
+        shutil.copy(ROOT / "assets/checkpoints" / f"w8s8{suffix}", home / "checkpoints" / "mine" / f"my-w8s8{suffix}")
+    monkeypatch.setattr(assets, "CHECKOUT", tmp_path / "no-checkout")
+    monkeypatch.setenv(assets.HOME_ENV, str(home))
+    assert "my-w8s8" not in catalog.names()
+    catalog.write_listing(home)
+    info = catalog.model_info("my-w8s8")
+    assert info.installed and info.group == "mine" and not info.core
+    assert resolve_source("my-w8s8").path == home.resolve() / "checkpoints/mine/my-w8s8.safetensors"
+
+
 def test_models_verb_lists_the_names(only_home, capsys):
+    shutil.copy(ROOT / "assets" / catalog.LISTING, only_home)
     n = len(catalog.models())
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -37,7 +37,7 @@ def ordered(infos: list[ModelInfo]) -> list[ModelInfo]:
 
 def run(args: argparse.Namespace) -> int:
     from phaseinterp import assets
-    from phaseinterp.catalog import models
+    from phaseinterp.catalog import LISTING, listings, models
 
     every = ordered(models())
     infos = [m for m in every if m.installed or not args.installed]
@@ -62,5 +62,7 @@ def run(args: argparse.Namespace) -> int:
         line += f"; the other {len(every) - n_installed} from {assets.SOURCE}"
     if not args.all and any(m.group != "core" for m in infos):
         line += " (`phaseinterp models --all` describes each)"
+    if not listings():
+        line += f"; the studies' models (the zoo, NSA, more seeds) are listed where an assets folder holds their {LISTING}"
     print(line)
     return 0
