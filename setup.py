@@ -1,6 +1,6 @@
 """Package data of the wheel: the core set of shipped assets (`phaseinterp/catalog.json`'s
 "package_data": the checkpoints `phaseinterp reproduce` sweeps, with their cards, and the result files
-the report reads), copied from the repository's `assets/` into `phaseinterp/_assets/` when the wheel is
+tutorials read), copied from the repository's `assets/` into `phaseinterp/_assets/` when the wheel is
 built. The rest stays in `assets/` (see `phaseinterp/assets.py`). Everything else is in pyproject.toml."""
 
 import json

@@ -1,5 +1,5 @@
-"""Where an asset is: shipped checkpoints (`checkpoints/...`) and the result files the report reads
-(`results/...`), by their path relative to an assets folder laid out like the repository's `assets/`.
+"""Where an asset is: shipped checkpoints (`checkpoints/...`) and result files (`results/...`), by
+their path relative to an assets folder laid out like the repository's `assets/`.
 
 Folders searched, first match wins:
 
@@ -7,7 +7,7 @@ Folders searched, first match wins:
    `assets/`, or a copy of the parts you need);
 2. the repository's `assets/`, when phaseinterp runs from a checkout (editable install or `PYTHONPATH`);
 3. the package data of an installed wheel (`phaseinterp/_assets/`): the core set of checkpoints with
-   their cards and the result files `phaseinterp reproduce` reads (`catalog.json`'s "package_data").
+   their cards and the result files tutorials read (`catalog.json`'s "package_data").
 
 Example:
     >>> asset("checkpoints/w4s4.safetensors").name

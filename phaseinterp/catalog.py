@@ -36,13 +36,12 @@ MANIFEST = Path(__file__).resolve().parent / "catalog.json"
 #: An assets folder's list of the models it holds beyond the core set (`write_listing`).
 LISTING = "catalog.json"
 #: What a wheel carries (globs inside an assets folder): the checkpoints `phaseinterp reproduce`
-#: sweeps (with their cards and the W4/S4 training series and log, which tutorial 05 reads) and the result
-#: files the report reads.
+#: sweeps (with their cards and the W4/S4 training series and log, which tutorial 05 reads) and the two
+#: result files tutorials read from a wheel (08: the mitigations, 10: SmolLM2). The studies' other
+#: results stay in the repository's assets/ with the checkpoints they come from.
 PACKAGE_DATA = [
     "checkpoints/*.safetensors", "checkpoints/*.json", "checkpoints/w4s4/*.safetensors",
-    "checkpoints/w4s4.metrics.jsonl",
-    "results/mitigations/mitigations.json", "results/mitigations/knockout/*.json", "results/zoo.json",
-    "results/zoo-seeds/zoo.json", "results/zoo_members.json", "results/smollm2.json", "results/nsa.json",
+    "checkpoints/w4s4.metrics.jsonl", "results/mitigations/mitigations.json", "results/smollm2.json",
 ]
 
 
