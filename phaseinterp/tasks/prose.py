@@ -60,11 +60,12 @@ def essays_dir() -> Path:
 
 
 def load_tokenizer(spec: Any) -> Any:
-    """A tokenizer: an object as is; "smollm2": SmolLM2's, from the installed GGUF package; a folder or
-    name: `AutoTokenizer.from_pretrained(spec, local_files_only=True)` (offline)."""
+    """A tokenizer: an object as is; "smollm2" or "gemma3-270m": that real model's, from its installed
+    GGUF package; a folder or name: `AutoTokenizer.from_pretrained(spec, local_files_only=True)` (offline)."""
     if not isinstance(spec, (str, Path)):
         if spec is None:
-            raise ValueError("tokenizer=None is invalid: allowed a HuggingFace tokenizer, its folder, or 'smollm2'")
+            raise ValueError("tokenizer=None is invalid: allowed a HuggingFace tokenizer, its folder, 'smollm2' or "
+                             "'gemma3-270m'")
         return spec
     from transformers import AutoTokenizer
 
@@ -72,6 +73,10 @@ def load_tokenizer(spec: Any) -> Any:
         from phaseinterp.backends.smollm2 import GGUF_FILE, smollm2_dir
 
         return AutoTokenizer.from_pretrained(smollm2_dir(), gguf_file=GGUF_FILE, local_files_only=True)
+    if str(spec) == "gemma3-270m":
+        from phaseinterp.families.gemma3.load import gemma3_270m_tokenizer
+
+        return gemma3_270m_tokenizer()
     return AutoTokenizer.from_pretrained(str(spec), local_files_only=True)
 
 

@@ -42,6 +42,14 @@ def gemma3_270m_file() -> Path:
         raise ImportError(f"Gemma 3 270M's chunk files are missing ({err}): reinstall with {INSTALL}") from err
 
 
+def gemma3_270m_tokenizer() -> Any:
+    """Gemma 3 270M's tokenizer (it adds `<bos>`), read offline from the assembled GGUF file."""
+    from transformers import AutoTokenizer
+
+    path = gemma3_270m_file()
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+
+
 def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """(model, tokenizer): Gemma 3 270M as a HF `Gemma3ForCausalLM` in eval mode, offline (eager
     attention: the attention weights HF returns are the ones it used).
@@ -59,6 +67,8 @@ def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.dev
     hf_logging.disable_progress_bar()
     bar = gguf_utils.tqdm
     gguf_utils.tqdm = functools.partial(bar, disable=True)
+    from phaseinterp.families.gemma3 import attention  # noqa: F401  (registers the wrapper compress_attention uses)
+
     try:
         folder, name = str(path.parent), path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
