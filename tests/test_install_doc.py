@@ -20,7 +20,7 @@ REQUIREMENTS = {Requirement(d).name: Requirement(d) for d in
 BOUNDED = ["transformers", "nnsight", "transformer-lens", "torch"]
 
 
-def tested_versions() -> dict[str, str]:
+def versions_tested() -> dict[str, str]:
     """The "Tested versions" table: {package: version}."""
     table = DOC.split("## Tested versions", 1)[1].split("\n## ", 1)[0]
     return {m[1]: m[2] for m in re.finditer(r"^\| ([\w.-]+) \| ([\d.]+)", table, re.M)}
@@ -40,7 +40,7 @@ def test_upper_bounds_cap_the_next_release_that_may_break(name):
 
 @pytest.mark.parametrize("name", ["transformers", "nnsight", "transformer-lens", "torch"])
 def test_the_tested_and_the_installed_versions_lie_within_the_bounds(name):
-    listed = tested_versions()[name]
+    listed = versions_tested()[name]
     assert REQUIREMENTS[name].specifier.contains(Version(listed), prereleases=True), (name, listed)
     installed = Version(version(name)).base_version  # torch's "+cpu" local tag aside
     assert REQUIREMENTS[name].specifier.contains(installed, prereleases=True), (name, installed)
