@@ -85,6 +85,14 @@ def render(result: dict, name: str) -> str:
     for row in result["rows"]:
         acc = " | ".join(f"{a:.2f}" for a in row["accuracy"])
         lines.append(f"| {row['name']} | {acc} | {row['mean']:.2f} | {row['p_value']:.3f} |")
+    lines.append("")
+    for row in result["rows"]:  # the reading, computed: ceiling/floor regimes answer nothing about phase
+        acc = row["accuracy"]
+        where = "at ceiling" if min(acc) == 1.0 else "at floor" if max(acc) == 0.0 else None
+        verdict = (f"{where} at every residue: no phase effect measurable here" if where else
+                   f"weak phases (p = {row['p_value']:.3f} < 0.05; worst residue r={acc.index(min(acc))})"
+                   if row["p_value"] < 0.05 else f"no phase effect detected (p = {row['p_value']:.3f})")
+        lines.append(f"- {row['name']}: {verdict}.")
     return "\n".join(lines) + "\n"
 
 
