@@ -23,6 +23,7 @@ from phaseinterp.backends.batching import BatchedNNsight  # noqa: E402
 from phaseinterp.backends.compression import Compression  # noqa: E402
 from phaseinterp.backends.edits import CycleGate, Edit, Replace, SetEntries, SetGate  # noqa: E402
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention  # noqa: E402
+from phaseinterp.backends.presses import SelectionPress, press_attention, restore_presses  # noqa: E402
 from phaseinterp.backends.units import BackendConfig, Read  # noqa: E402
 from phaseinterp.units import UNIT_KINDS, Unit  # noqa: E402
 
@@ -63,5 +64,5 @@ __all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", 
            "DeepseekV4Backend", "Edit", "add_gate_hooks", "bridge_hook_name",
            "HFCausalLMBackend", "HookedBackend", "HookedNNsightBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
            "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "compress_gemma3", "load_gemma3_270m",
-           "load_pretrained", "load_smollm2",
-           "resolve_model", "restore_attention", "smollm2_backend"]
+           "load_pretrained", "load_smollm2", "press_attention",
+           "resolve_model", "restore_attention", "restore_presses", "SelectionPress", "smollm2_backend"]

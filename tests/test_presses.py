@@ -1,0 +1,260 @@
+"""Selection presses (`backends.presses`): chunk selection (ChunkKV-like) and token selection
+(SnapKV-like) against a plain per-query reference, the original attention, causality and edits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+
+from phaseinterp.backends import SelectionPress, press_attention, restore_presses
+from phaseinterp.backends.presses import pressed_layers
+from phaseinterp.backends.tiny import tiny_qwen3
+
+T = 40
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen3(seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return torch.randint(0, 512, (2, T), generator=torch.Generator().manual_seed(1))
+
+
+def _layer_inputs(model, tokens, layer):
+    """(hidden_states, (cos, sin)) the attention of `layer` receives in an uncompressed forward."""
+    got = {}
+    attn = model.model.layers[layer].self_attn
+    h = attn.register_forward_pre_hook(lambda m, a, kw: got.update(x=kw.get("hidden_states", a[0] if a else None),
+                                                                  pe=kw["position_embeddings"]), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(input_ids=tokens, use_cache=False)
+    finally:
+        h.remove()
+    return got["x"], got["pe"]
+
+
+def _reference(attn, x, pe, press):
+    """Plain loops: per row, KV head and query, the group-averaged softmax scores, the kept set,
+    then one masked softmax per query head. Returns (attention output before o_proj [b, T, H, d],
+    keep [b, K, T, T])."""
+    b, n = x.shape[:2]
+    d = attn.head_dim
+    q = attn.q_norm(attn.q_proj(x).view(b, n, -1, d)).transpose(1, 2)
+    k = attn.k_norm(attn.k_proj(x).view(b, n, -1, d)).transpose(1, 2)
+    v = attn.v_proj(x).view(b, n, -1, d).transpose(1, 2)
+    q, k = apply_rotary_pos_emb(q, k, *pe)
+    H, K = q.shape[1], k.shape[1]
+    G = H // K
+    S, L, sink = press.chunk, press.local, press.sink
+    z = torch.zeros(b, n, H, d)
+    keep = torch.zeros(b, K, n, n, dtype=torch.bool)
+    for r in range(b):
+        for g in range(K):
+            heads = range(g * G, (g + 1) * G)
+            for t in range(n):
+                probs = [torch.softmax((q[r, h, t] @ k[r, g, : t + 1].T) * attn.scaling, -1) for h in heads]
+                s = torch.stack(probs).mean(0)  # [t + 1]
+                cands = [i for i in range(t + 1) if i < t - L + 1 and i >= sink]
+                kept = {i for i in range(t + 1) if i < sink or i > t - L}
+                if press.kind == "token":
+                    ranked = sorted(cands, key=lambda i: -float(s[i]))
+                    kept |= set(ranked[: press.budget * S])
+                else:
+                    chunks = [j for j in range(n // S) if j * S + S - 1 < t - L + 1]
+                    score = {j: sum(float(s[i]) for i in range(j * S, j * S + S) if i in cands) for j in chunks}
+                    for j in sorted(chunks, key=lambda j: -score[j])[: press.budget]:
+                        kept |= set(range(j * S, j * S + S))
+                idx = sorted(kept)
+                keep[r, g, t, idx] = True
+                for h in heads:
+                    w = torch.softmax((q[r, h, t] @ k[r, g, idx].T) * attn.scaling, -1)
+                    z[r, t, h] = w @ v[r, g, idx]
+    return z, keep
+
+
+def _capture(model, layer, names):
+    attn = model.model.layers[layer].self_attn
+    got, handles = {}, []
+    for name in names:
+        handles.append(getattr(attn, name).register_forward_hook(lambda m, i, o, name=name: got.__setitem__(name, o)))
+    return got, handles
+
+
+@pytest.mark.parametrize("kind", ["chunk", "token"])
+def test_equals_the_plain_reference(model, tokens, kind):
+    press = SelectionPress(kind, chunk=4, budget=2, local=5, sink=2, layers=(1,))
+    x, pe = _layer_inputs(model, tokens, 1)
+    original = model.model.layers[1].self_attn
+    with torch.no_grad():
+        z_ref, keep_ref = _reference(original, x, pe, press)
+    press_attention(model, press)
+    try:
+        got, handles = _capture(model, 1, ["hook_z", "hook_keep"])
+        with torch.no_grad():
+            model(input_ids=tokens, use_cache=False)
+        for h in handles:
+            h.remove()
+    finally:
+        restore_presses(model)
+    assert torch.equal(got["hook_keep"], keep_ref)
+    torch.testing.assert_close(got["hook_z"], z_ref, atol=1e-5, rtol=1e-4)
+    # the press dropped something (else this test would not test selection)
+    assert (~keep_ref & torch.ones(T, T, dtype=torch.bool).tril()).any()
+
+
+@pytest.mark.parametrize("press", [SelectionPress("token", 4, 100, local=3, sink=1),
+                                   SelectionPress("chunk", 1, 100, local=3, sink=1),
+                                   SelectionPress("chunk", 8, 1, local=T), SelectionPress("token", 8, 1, local=T)])
+def test_keeping_everything_equals_the_original(model, tokens, press):
+    with torch.no_grad():
+        ref = model(input_ids=tokens, use_cache=False).logits
+        press_attention(model, press)
+        try:
+            out = model(input_ids=tokens, use_cache=False).logits
+        finally:
+            restore_presses(model)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["chunk", "token"])
+def test_kept_sets_are_chunks_or_exact_token_counts(model, tokens, kind):
+    S, k, L = 4, 3, 6
+    sink = 0 if kind == "chunk" else 2  # chunk: the kept set beyond the window is exactly a union of chunks
+    press_attention(model, SelectionPress(kind, S, k, local=L, sink=sink, layers=(0,)))
+    try:
+        got, handles = _capture(model, 0, ["hook_keep"])
+        with torch.no_grad():
+            model(input_ids=tokens, use_cache=False)
+        for h in handles:
+            h.remove()
+    finally:
+        restore_presses(model)
+    keep = got["hook_keep"]
+    t = torch.arange(T)[:, None]
+    i = torch.arange(T)[None]
+    selected = keep & (i >= sink) & (i < t - L + 1)  # what the press chose beyond sink and local
+    assert not (keep & (i > t)).any()  # nothing from the future
+    assert keep[..., (i > t - L).expand(T, T) & (i <= t)].all()  # the local window is always kept
+    if kind == "chunk":
+        n = T // S
+        grid = selected[..., : n * S].unflatten(-1, (n, S))
+        assert ((grid.all(-1)) | (~grid.any(-1))).all()  # whole chunks or nothing
+        assert not selected[..., n * S:].any()
+        n_valid = ((torch.arange(n) * S + S - 1)[None] < (torch.arange(T) - L + 1)[:, None]).sum(-1)
+        assert torch.equal(grid.all(-1).sum(-1), n_valid.clamp(max=k).expand_as(grid.all(-1).sum(-1)))
+    else:
+        n_cand = ((i >= sink) & (i < t - L + 1)).sum(-1)
+        assert torch.equal(selected.sum(-1), n_cand.clamp(max=k * S).expand_as(selected.sum(-1)))
+        assert (n_cand > k * S).any()  # some queries had more candidates than the budget
+
+
+@pytest.mark.parametrize("kind", ["chunk", "token"])
+def test_causal(model, tokens, kind):
+    t = 25
+    other = tokens.clone()
+    other[:, t + 1:] = (other[:, t + 1:] + 7) % 512
+    press_attention(model, SelectionPress(kind, 4, 2, local=4, sink=1))
+    try:
+        with torch.no_grad():
+            a = model(input_ids=tokens, use_cache=False).logits
+            b = model(input_ids=other, use_cache=False).logits
+    finally:
+        restore_presses(model)
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
+
+
+@pytest.mark.parametrize("kind", ["chunk", "token"])
+def test_editing_hook_keep_changes_the_output(model, tokens, kind):
+    S = 4
+    press_attention(model, SelectionPress(kind, S, 2, local=4, layers=(1,)))
+    attn = pressed_layers(model)[1]
+    try:
+        with torch.no_grad():
+            base = model(input_ids=tokens, use_cache=False).logits
+
+            def drop_chunk(keep, hook):  # the last query forgets the first grid chunk it kept
+                old = keep[0, 0, -1, : T - 4].nonzero()  # beyond the local window: selected
+                assert len(old), "nothing selected: the edit would test nothing"
+                j = int(old[0]) // S
+                keep = keep.clone()
+                keep[:, :, -1, j * S:(j + 1) * S] = False
+                return keep
+
+            attn.hook_keep.add_hook(drop_chunk)
+            try:
+                edited = model(input_ids=tokens, use_cache=False).logits
+            finally:
+                attn.hook_keep.remove_hooks()
+    finally:
+        restore_presses(model)
+    torch.testing.assert_close(edited[:, :-1], base[:, :-1])  # only the edited query moves
+    assert (edited[:, -1] - base[:, -1]).abs().max() > 1e-4
+
+
+def test_press_undoes_itself_and_decoding_raises(model, tokens):
+    press_attention(model, SelectionPress("chunk", 4, 2, layers=(0, 1)))
+    press_attention(model, SelectionPress("token", 4, 2, layers=(1,)))
+    try:
+        assert {i: a.press.kind for i, a in pressed_layers(model).items()} == {1: "token"}
+        with pytest.raises(ValueError, match="use_cache=False"):
+            with torch.no_grad():
+                out = model(input_ids=tokens[:, :8], use_cache=True)
+                model(input_ids=tokens[:, 8:9], cache=out.cache, use_cache=True)
+    finally:
+        restore_presses(model)
+    assert pressed_layers(model) == {}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(kind="pool", chunk=8, budget=4), r"kind='pool' is invalid: allowed \['chunk', 'token'\]"),
+    (dict(kind="chunk", chunk=0, budget=4), r"chunk=0 is invalid: allowed an integer >= 1"),
+    (dict(kind="chunk", chunk=8, budget=0), r"budget=0 is invalid: allowed an integer >= 1"),
+    (dict(kind="token", chunk=8, budget=2, local=-1), r"local=-1 is invalid: allowed an integer >= 0"),
+    (dict(kind="token", chunk=8, budget=2, sink=-2), r"sink=-2 is invalid: allowed an integer >= 0"),
+    (dict(kind="token", chunk=True, budget=2), r"chunk=True is invalid"),
+])
+def test_bad_press(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SelectionPress(**kwargs)
+
+
+def test_bad_layers_and_models(model):
+    with pytest.raises(ValueError, match=r"layer=2 is out of range: allowed 0..1"):
+        press_attention(model, SelectionPress("chunk", 4, 2, layers=(2,)))
+    with pytest.raises(ValueError, match="model of type Linear is invalid"):
+        press_attention(torch.nn.Linear(2, 2), SelectionPress("chunk", 4, 2))
+    assert pressed_layers(model) == {}
+
+
+def test_phase_sweep_and_a_kv_head_knockout_run_on_a_pressed_model(model):
+    from phaseinterp.backends import HFCausalLMBackend, backend_for
+    from phaseinterp.interventions import knockout_map
+    from phaseinterp.measure import phase_sweep
+    from phaseinterp.tasks import RecordLookup
+
+    batch = RecordLookup(vocab_size=128, n_records=8, n_demos=1).sample(4, modulus=4)
+    press_attention(model, SelectionPress("chunk", 4, 1, local=4, sink=1))
+    try:
+        assert type(backend_for(model)) is HFCausalLMBackend  # plain HF family: no gate units to offer
+        with torch.no_grad():
+            logits = model(input_ids=batch.tokens, use_cache=False).logits
+        rows = torch.arange(len(batch))
+        # the answer: the pressed model's own prediction on even rows, another token on odd ones
+        pred = logits[rows, batch.query_pos].argmax(-1)
+        answers = torch.where(rows % 2 == 0, pred, (pred + 1) % 128).reshape(batch.answers.shape)
+        batch = replace(batch, answers=answers)
+        curve = phase_sweep(model, batch, period=4, n_boot=20, n_perm=20, progress=False)
+        by_hand = phase_sweep(rows % 2 == 0, batch, period=4, n_boot=20, n_perm=20, progress=False)
+        assert curve.accuracy.tolist() == by_hand.accuracy.tolist() and 0 < curve.accuracy.mean() < 1
+        smap = knockout_map(model, batch, level="kv_head", replacement="zero", n_boot=20, progress=False)
+        assert smap.shape == (2, 2, 4) and smap.clean["accuracy"] == curve.accuracy.tolist()
+    finally:
+        restore_presses(model)
