@@ -77,37 +77,42 @@ def test_dsa_knockout_at_the_final_position_equals_full_forwards(name, task):
     assert torch_hooks(backend.model) == hooks
 
 
-def test_an_edit_below_changes_the_selection_the_path_recomputes(task):
-    """The reference for the test above is meaningful: zeroing layer 0's heads at the query changes which
-    keys layer 2's indexer selects there (the path must rerun the indexer, not reuse the base selection)."""
-    backend = _backend("v32")
-    hf = backend.model
-    batch = task.sample(2, 4, seed=0)
-    T = batch.tokens.shape[1]
-    rows = torch.arange(len(batch))
+def zeroed_at_query(hf, tokens, qpos, layer: int, read: dict | None = None) -> torch.Tensor:
+    """Logits at `qpos` of one full forward with every head of `layer` zeroed there (the reference), the
+    indexers' selections read into `read`."""
+    rows = torch.arange(len(tokens))
 
     def zero_at_t(module, args):
         z = args[0].clone()
-        z[rows, batch.query_pos] = 0
+        z[rows, qpos] = 0
         return (z,)
 
+    handle = hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero_at_t)
+    try:
+        with torch.no_grad(), indexer_hooks(hf, read={} if read is None else read):
+            return hf(input_ids=tokens, use_cache=False).logits[rows, qpos]
+    finally:
+        handle.remove()
+
+
+def test_an_edit_below_changes_the_selection_the_path_recomputes(task):
+    """The reference for the test above is meaningful: zeroing layer 0's heads at the query changes which
+    keys the indexers above select there (the path must rerun them, not reuse the base selection)."""
+    backend = _backend("v32")
+    hf = backend.model
+    batch = task.sample(2, 4, seed=0)
+    rows, qpos = torch.arange(len(batch)), batch.query_pos
     base, edited = {}, {}
     with torch.no_grad(), indexer_hooks(hf, read=base):
         hf(input_ids=batch.tokens, use_cache=False)
-    handle = hf.model.layers[0].self_attn.o_proj.register_forward_pre_hook(zero_at_t)
-    try:
-        with torch.no_grad(), indexer_hooks(hf, read=edited):
-            ref = hf(input_ids=batch.tokens, use_cache=False).logits[rows, batch.query_pos]
-    finally:
-        handle.remove()
+    ref = zeroed_at_query(hf, batch.tokens, qpos, 0, edited)
     for layer in (1, 2):
-        before, after = base[layer]["selected"][rows, batch.query_pos], edited[layer]["selected"][rows, batch.query_pos]
+        before, after = base[layer]["selected"][rows, qpos], edited[layer]["selected"][rows, qpos]
         assert (before != after).any(-1).all()  # every row's selection moves
         assert (after.sum(-1) == backend.index_topk).all()  # and keeps index_topk of T keys: selection drops keys
-    run = backend.final_position_run(batch.tokens, batch.query_pos)
+    run = backend.final_position_run(batch.tokens, qpos)
     fast = run.run_z([0], torch.ones(1, 4, dtype=torch.bool), torch.zeros(1, len(batch), 4, 16))[0]
     torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
-    assert T > backend.index_topk
 
 
 def test_dsa_maps_and_patching_take_the_final_position_path(task):
@@ -144,3 +149,14 @@ def test_selection_edits_fall_back_to_full_forwards(task):
         with pytest.raises(ValueError, match="ignores active edits"):
             backend.final_position_run(batch.tokens, batch.query_pos)
     assert backend.incremental_ok()
+
+
+@pytest.mark.parametrize("name", ["v32", "glm"])
+def test_query_positions_with_an_empty_or_tiny_prefix(name):
+    backend = _backend(name)
+    tokens = torch.randint(1, 128, (4, 30), generator=torch.Generator().manual_seed(3))
+    qpos = torch.tensor([0, 1, 29, 16])
+    run = backend.final_position_run(tokens, qpos)
+    for layer in range(backend.cfg.n_layers):
+        fast = run.run_z([layer], torch.ones(1, 4, dtype=torch.bool), torch.zeros(1, 4, 4, 16))[0]
+        torch.testing.assert_close(fast, zeroed_at_query(backend.model, tokens, qpos, layer), atol=1e-4, rtol=1e-4)

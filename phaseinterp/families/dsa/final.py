@@ -165,7 +165,7 @@ class DSAFinalRun:
         attn = self.layers[m].self_attn
         cos, sin = raw["cos"], raw["sin"]
         b = raw["kv"].shape[0]
-        kv = raw["kv"].reshape(b, t, self.n_heads, -1).transpose(1, 2)
+        kv = raw["kv"].reshape(b, t, self.n_heads, attn.qk_nope_head_dim + attn.v_head_dim).transpose(1, 2)
         k_nope, values = torch.split(kv, [attn.qk_nope_head_dim, attn.v_head_dim], dim=-1)
         k_rot = raw["k_rot"].reshape(b, 1, t, attn.qk_rope_head_dim)
         k_rot = _mla_rope(attn)(k_rot, k_rot, cos[:, :t], sin[:, :t])[1]
