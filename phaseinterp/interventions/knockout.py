@@ -140,8 +140,8 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
 
 
 def path_meta(model, method: str) -> dict:
-    """How a map's edited logits were computed, for its meta: "path" ("final_position": our model's
-    recomputation, "kv_cache": a HF decoder's cached prefix, compressed layers included, "decode_cache":
+    """How a map's edited logits were computed, for its meta: "path" ("final_position": the model's
+    own recomputation of t (ours, NSA, DSA), "kv_cache": a HF decoder's cached prefix, compressed layers included, "decode_cache":
     DeepSeek-V4 decoding t from a prefilled cache, "full_forward": one forward per unit),
     and, where a backend could not take its final-position path, "fallback" saying why."""
     if method == "incremental":
