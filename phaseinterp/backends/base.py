@@ -249,7 +249,7 @@ class Backend(TLCompat, TokenizerMethods):
         """The cached base run that recomputes only each row's query position after edits there
         (`backends.incremental.FinalPositionRun`), where the backend has one."""
         raise ValueError(f"the incremental final-position path is not available on {self.describe()}: allowed on "
-                         "HookedBackend, NSABackend, DeepseekV4Backend and HFCausalLMBackend (Llama / Qwen / Mistral / "
+                         "HookedBackend, NSABackend, DeepseekV4Backend, DSABackend and HFCausalLMBackend (Llama / Qwen / Mistral / "
                          "Gemma 3 decoders, through the KV cache) without hooks attached (use method='hooks')")
 
     @contextmanager

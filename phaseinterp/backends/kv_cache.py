@@ -42,7 +42,7 @@ KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
 #: of those, the ones whose sliding-window layers the path handles (RoPE per layer type, each
 #: sliding layer's prefix cut to its window; compressed sliding layers keep theirs themselves)
 SLIDING_OK = ("gemma3_text",)
-#: DeepSeek Sparse Attention decoders (`DSABackend`): a fallback with its own reason
+#: DeepSeek Sparse Attention decoders: their final-position path is `DSABackend`'s (`families.dsa.final`)
 DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 
 
@@ -53,10 +53,8 @@ def kv_cache_fallback(backend: Any) -> str | None:
     kind = getattr(hf, "model_type", None)
     if kind in DSA_TYPES:
         return (f"model_type {kind!r} (DeepSeek Sparse Attention): its lightning indexer picks each query's keys, "
-                "and HF's decoding from a cache selects differently from its full forward (tiny random "
-                "DeepseekV32: logits differ by up to ~1 past index_topk positions), so neither the KV-cache nor "
-                "the decode path equals the full-forward map; a one-query indexer over the prefix's cached "
-                "indexer keys is not written yet")
+                "which a plain KV-cache query does not redo; its final-position path is DSABackend's "
+                "(families.dsa.final: wrap the model with backend_for)")
     if kind not in KV_CACHE_FAMILIES:
         return (f"model_type {kind!r} has no final-position KV-cache path: allowed {list(KV_CACHE_FAMILIES)} "
                 "(plain pre-norm RoPE decoders)")

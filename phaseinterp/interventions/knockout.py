@@ -5,7 +5,8 @@ accuracy change over (layer, unit, residue).
 One implementation for every model: it talks to a backend (`phaseinterp.backends`; our
 `HookedCompressedTransformer` behind `HookedBackend`: TransformerLens hooks, or the incremental
 final-position path; HuggingFace models behind their nnsight backends, Llama / Qwen / Mistral
-decoders with a final-position path through the KV cache). Which implementation
+decoders with a final-position path through the KV cache, NSA, DeepSeek-V4 and DSA with their own).
+Which implementation
 runs is the backend's method, never a branch here."""
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
 
 
 def path_meta(model, method: str) -> dict:
-    """How a map's edited logits were computed, for its meta: "path" ("final_position": our model's
-    recomputation, "kv_cache": a HF decoder's cached prefix, compressed layers included, "decode_cache":
+    """How a map's edited logits were computed, for its meta: "path" ("final_position": the model's
+    own recomputation of t (ours, NSA, DSA), "kv_cache": a HF decoder's cached prefix, compressed layers included, "decode_cache":
     DeepSeek-V4 decoding t from a prefilled cache, "full_forward": one forward per unit),
     and, where a backend could not take its final-position path, "fallback" saying why."""
     if method == "incremental":
@@ -297,8 +298,9 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         layers: layers to scan (default all).
         method: "auto", "incremental" (final position only, reuses the clean run; backends
             with that path: `HookedBackend`, `HFCausalLMBackend` of Llama / Qwen / Mistral
-            decoders through the KV cache, training-free compressed layers included, and
-            `DeepseekV4Backend` through its decoding cache) or "hooks" (full forwards; on the other backends always,
+            decoders through the KV cache, training-free compressed layers included,
+            `DeepseekV4Backend` through its decoding cache, `NSABackend`, and `DSABackend` with a
+            one-query indexer) or "hooks" (full forwards; on the other backends always,
             the reason in `meta["intervention"]["fallback"]`).
         n_boot, confidence, seed: paired logical-example cluster bootstrap of the relative
             change (the same resampled examples for clean and knocked-out accuracy); `seed` also

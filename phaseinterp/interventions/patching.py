@@ -113,8 +113,9 @@ def activation_patching(model, pair: Pairing, *, options: PatchingOptions | None
             (default ("key", "value", "final") when left at "final").
         layers: layers to scan (default all; compressed layers only for entries and gates).
         method: "auto" (z / resid at the final position on our model, and z at the final
-            position on HF Llama / Qwen / Mistral decoders through the KV cache, reuse the corrupt
-            run, recomputing only that position; otherwise batched hook forwards), "incremental"
+            position on HF Llama / Qwen / Mistral decoders through the KV cache, on NSA, DeepSeek-V4
+            and DSA, reuse the corrupt run, recomputing only that position; otherwise batched hook
+            forwards), "incremental"
             or "hooks" (always on backends without the final-position path).
         rel_min: for the normalized metric, residues whose mean clean-corrupt gap is under
             `rel_min` x the metric's scale (largest per-residue mean |logit difference| of clean,
@@ -253,7 +254,7 @@ def _check_patching(model, pair: Pairing, unit: str, level: str, positions: Any,
     if method == "incremental" and not fast_ok:
         why = model.incremental_fallback()
         raise ValueError("method='incremental' applies to unit 'z' at positions='final' or unit 'resid' at "
-                         "the 'final' site only, on a backend with the final-position path (our model, NSA, DeepSeek-V4, "
+                         "the 'final' site only, on a backend with the final-position path (our model, NSA, DeepSeek-V4, DSA, "
                          f"a HF Llama / Qwen / Mistral / Gemma 3 decoder through its KV cache), without hooks; got unit={unit!r}, "
                          f"positions={positions!r} on {model.describe()}{'' if why is None else ': ' + why} "
                          "(allowed: method='hooks')")

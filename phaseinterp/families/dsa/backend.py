@@ -194,5 +194,19 @@ class DSABackend(HFCausalLMBackend):
     def has_hooks(self) -> bool:
         return bool(self._selection_edits) or super().has_hooks()
 
+    #: knockout and patching at the final position recompute only it, indexer included (`families.dsa.final`)
+    incremental_path = "final_position"
+
+    def incremental_fallback(self) -> str | None:
+        """Why the final-position path (`families.dsa.final`) does not apply to this model, or None."""
+        from phaseinterp.families.dsa.final import dsa_final_fallback
+
+        return dsa_final_fallback(self)
+
+    def final_position_run(self, tokens: Tensor, query_pos: Tensor):
+        from phaseinterp.families.dsa.final import DSAFinalRun
+
+        return DSAFinalRun(self, tokens, query_pos)
+
 
 __all__ = ["DSABackend", "drop_keys", "force_selection", "recent_keys"]
