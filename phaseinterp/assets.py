@@ -81,7 +81,7 @@ def _relative(relative: str | os.PathLike) -> Path:
     rel = Path(relative)
     if rel.is_absolute() or ".." in rel.parts:
         raise ValueError(f"asset path {str(relative)!r} is invalid: allowed a path inside an assets folder, "
-                         "e.g. 'checkpoints/w4s4.safetensors' or 'results/zoo.json'")
+                         "e.g. 'checkpoints/w4s4.safetensors' or 'results/smollm2.json'")
     return rel
 
 

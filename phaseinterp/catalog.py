@@ -6,7 +6,7 @@ Two lists, both written from checkpoint cards (a test fails when either is stale
 - `phaseinterp/catalog.json`, the package's: the core set a wheel carries (`catalog.json`'s
   "package_data"; `python -m phaseinterp.catalog` rewrites it);
 - an assets folder's own `catalog.json` (`LISTING`): the other models in that folder, e.g. the studies'
-  (the zoo, NSA, more seeds), which `python -m experiments.catalog` lists in the repository's `assets/`,
+  (their own members and seeds), which `python -m experiments.catalog` lists in the repository's `assets/`,
   or a user's own carded checkpoints (`write_listing(folder)`). Every assets folder found (a checkout,
   `PHASEINTERP_HOME`, see `phaseinterp.assets`) adds its list; a model listed there but not in it is
   "known but not installed".
@@ -67,7 +67,7 @@ class ModelInfo:
 
     @property
     def group(self) -> str:
-        """The family it was shipped with: its folder under `checkpoints/` (`zoo`, `nsa`, `variants`, ...),
+        """The family it was shipped with: its folder under `checkpoints/` (a study's own),
         or "core" for the top-level checkpoints (the models the wheel carries)."""
         folder = PurePosixPath(self.path).parent
         return "core" if folder.name == "checkpoints" else folder.relative_to("checkpoints").as_posix()
@@ -111,7 +111,7 @@ def model_info(name: str) -> ModelInfo:
         # the nearest names, not all of them: a typo's answer is the name it meant (the list is `phaseinterp models`)
         close = difflib.get_close_matches(name, list(known), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        studies = "" if listings() else (f"; the studies' models (the zoo, NSA, more seeds) are listed where an assets "
+        studies = "" if listings() else (f"; the studies' models (their own members and seeds) are listed where an assets "
                                           f"folder holds their {LISTING}: {assets.SOURCE}")
         raise ValueError(f"model name {name!r} is unknown{hint}: allowed a checkpoint file, a training-run folder, a "
                          f"HuggingFace model folder or one of the {len(known)} shipped model names "

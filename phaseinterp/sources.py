@@ -9,7 +9,7 @@ A source is any of:
   describes (the card's `steps`), else its last one, with `RUN/card.json`;
 - a HuggingFace model folder written by `save_pretrained` (`config.json` + weights; read offline,
   in float32);
-- the name of a shipped model (`phaseinterp.models()`: "w4s4", "full", "zoo-w8s8-s0", ...), when no
+- the name of a shipped model (`phaseinterp.models()`: "w4s4", "full", "w8s8", ...), when no
   file or folder of that name exists: its checkpoint and card from the assets folders
   (`phaseinterp.assets`: `PHASEINTERP_HOME`, the checkout's `assets/`, the wheel's core set).
 

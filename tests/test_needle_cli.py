@@ -165,3 +165,40 @@ def test_compression_options_need_compress_and_the_choices_match_the_library(tmp
     assert "allowed only with --compress W S" in capsys.readouterr().err
     assert main(["needle", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "allowed a HuggingFace causal LM folder" in capsys.readouterr().err
+
+
+def test_a_press_runs_in_place_of_the_compression_and_equals_a_direct_sweep(llama_dir, tokenizer_dir, haystack,  # noqa: F811
+                                                                             tmp_path):
+    from transformers import LlamaForCausalLM
+
+    from phaseinterp.backends.presses import SelectionPress, press_attention
+
+    argv = _argv(llama_dir, tokenizer_dir, haystack, tmp_path / "o")
+    i = argv.index("--compress")
+    argv[i:i + 3] = ["--press", "chunk", "--chunk", "4", "--budget", "2"]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "o" / "needle.json").read_text())
+    units = {u["condition"]: u for u in result["units"]}
+    assert set(units) == {"uncompressed", "pressed"} and result["period"] == 4
+    assert result["compression"]["class"] == "SelectionPress" and result["compression"]["kind"] == "chunk" and result["compression"]["budget"] == 2
+    batch = ProseNeedle(str(tokenizer_dir), seq_len=T, haystack_dir=str(haystack), n_depths=2,
+                        value_digits=1).sample(N, R)
+    model = LlamaForCausalLM.from_pretrained(llama_dir).eval()
+    clean = phase_sweep(model, batch, n_boot=20, n_perm=20, progress=False, batch_size=2)
+    press_attention(model, SelectionPress("chunk", 4, 2, local=4, sink=1))
+    pressed = phase_sweep(model, batch, n_boot=20, n_perm=20, progress=False, batch_size=2)
+    assert np.array_equal(PhaseCurve.from_dict(units["pressed"]["curve"]).correct, pressed.correct.astype(bool))
+    assert np.array_equal(PhaseCurve.from_dict(units["uncompressed"]["curve"]).correct, clean.correct.astype(bool))
+    assert pressed.correct.tolist() != clean.correct.tolist()  # the press changed which rows are right
+
+
+def test_press_options_are_exclusive_with_compress_and_match_the_library(tmp_path, capsys):
+    from phaseinterp.backends import presses
+
+    assert needle_cmd.PRESSES == presses.KINDS
+    assert main(["needle", "x", "--press", "chunk", "--compress", "8", "8", "--out", str(tmp_path / "o")]) == 2
+    assert "--compress and --press chunk are exclusive" in capsys.readouterr().err
+    assert main(["needle", "x", "--budget", "2", "--out", str(tmp_path / "o")]) == 2
+    assert "allowed only with --press chunk|token" in capsys.readouterr().err
+    assert main(["needle", "x", "--press", "token", "--budget", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "--press token --chunk 8 --budget 0: budget=0 is invalid: allowed an integer >= 1" in capsys.readouterr().err

@@ -87,4 +87,6 @@ def test_table_figure_draws_one_protocol_of_a_results_table():
     assert fig.data[0].line.dash is None and fig.data[1].line.dash == "dot"  # did not learn: dotted
     with pytest.raises(ValueError, match=r"no rows with protocol='suffix': allowed \['insequence', 'prefix'\]"):
         table_figure(rows, protocol="suffix")
-    assert zoo_figure is table_figure  # the old name still works
+    with pytest.warns(DeprecationWarning, match="use phaseinterp.plot.table_figure"):
+        old = zoo_figure(rows, protocol="prefix")  # the old name still works, and says which to use
+    assert [t.name for t in old.data] == ["a", "b"]

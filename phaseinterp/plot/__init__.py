@@ -1,6 +1,6 @@
 """Every figure of phaseinterp (plotly; nothing here calls `show()`), and HTML export.
 
-The top floor of the figures: it reads results (curves, maps, gate tables, flips, the zoo) by their
+The top floor of the figures: it reads results (curves, maps, gate tables, flips, tables of models) by their
 attributes and never imports them; a PhaseCurve or SpecializationMap shown in Jupyter calls
 `plot.display` from its `_repr_html_` (the one way down, tests/test_architecture.py).
 

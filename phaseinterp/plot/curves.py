@@ -1,4 +1,4 @@
-"""Plotly figures of phase curves and of the zoo (never calls `show()`)."""
+"""Plotly figures of phase curves and of tables of models (never calls `show()`)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def phase_figure(curves: PhaseCurve | Sequence[PhaseCurve] | Mapping[str, PhaseC
 
 def table_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: str | None = None) -> go.Figure:
     """Accuracy (%) against residue for every row of a results table (rows with `model`, `protocol`,
-    `accuracy` by residue and `learned`, as a study's table writes them, e.g. `experiments/zoo/table.py`)
+    `accuracy` by residue and `learned`, as a study's table writes them)
     of one padding protocol; runs that did not learn are dotted."""
     fig = go.Figure()
     for r in rows:
@@ -103,5 +103,10 @@ def table_figure(rows: Sequence[Mapping], *, protocol: str = "prefix", title: st
     return fig
 
 
-#: the name `table_figure` had before issue 42 took the studies out of the library
-zoo_figure = table_figure
+def zoo_figure(*args: Any, **kwargs: Any) -> go.Figure:
+    """Deprecated name of `table_figure` (kept so that old notebooks run; it warns)."""
+    import warnings
+
+    warnings.warn("phaseinterp.plot.zoo_figure is deprecated: use phaseinterp.plot.table_figure (same arguments)",
+                  DeprecationWarning, stacklevel=2)
+    return table_figure(*args, **kwargs)

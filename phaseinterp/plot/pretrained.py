@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 
 
 def phase_rows_figure(rows: Sequence[Mapping], *, grid: str, title: str | None = None) -> go.Figure:
-    """Accuracy (%) by phase (target position mod S) of every row of one grid of
-    `experiments/smollm2` (rows of `smollm2.json`), with the uncompressed model at the
+    """Accuracy (%) by phase (target position mod S) of every row of one grid of a
+    training-free compression sweep (rows as `smollm2.json` holds them), with the uncompressed model at the
     same S dashed.
 
     Example:

@@ -12,7 +12,7 @@ AdamW groups, schedule, clipping and loss (weighted cross-entropy over the posit
 logits are computed at every position, which changes only float rounding). Its run folder gets
 run.json, metrics.jsonl and a checkpoint `train(..., resume="latest")` continues from. On CPU (or with
 `graphs=False`) the same steps run eagerly: that path is what the tests compare with `train()`; on
-CUDA the graphs equal the eager steps bit for bit (experiments/long_rows/gpu.py's graph check).
+CUDA the graphs equal the eager steps bit for bit (checked by the long-row GPU script of the repository).
 
 Example:
     >>> from phaseinterp import preset

@@ -1,5 +1,5 @@
 """Sweeping a shipped checkpoint on its card's matched task: the phase curve every results table
-is built from (`experiments/periodicity`, `experiments/zoo`, `experiments/nsa`).
+is built from.
 
 `sweep_checkpoint(path, card, ...)` runs the sweep of `phaseinterp sweep` on `path` with the card's
 evaluation task (`task_from_card`: `RecordLookup` with the training vocabulary split, sequence

@@ -1,15 +1,15 @@
 """The recipe rule: model and training config for any compressor, by one rule.
 
 `rule_recipe(window, stride, ...)` builds a `(ModelConfig, TrainConfig)` by one documented rule
-(docs/training.md, "The recipe rule"), so a stride that is not in the zoo trains the same way as
-those that are:
+(docs/training.md, "The recipe rule"), so a stride nobody has trained yet trains the same way as
+those that were:
 
 - model: Qwen3-style, 2 layers, d_model `WIDTH`, 4 query heads of `D_HEAD` (full attention:
   `D_HEAD_FULL`), SwiGLU 3 x d_model,
   `kv_heads` KV heads, both layers compressed alike (or full attention), exact local window 16;
 - data: the shared lookup + language mixture (`recipes.MIXTURE`: 64-token rows, haystack cap
   growing from 2 to 10 records over the first 500 steps, half the rows contiguous); evaluation
-  (cards, the zoo table) lengthens the rows where residues mod lcm(S, 8) need it;
+  (cards, phase tables) lengthens the rows where residues mod lcm(S, 8) need it;
 - init: gate offset biases drawn from Normal(0, `GATE_BIAS_INIT_STD`) (random, seed-dependent
   symmetry breaking among offsets);
 - windows of `ALIGNED_FROM_WINDOW` tokens or more, and uniform gates, start phase-aligned: for the first
@@ -22,8 +22,7 @@ those that are:
   `lr` (never one per arm).
 
 "Learned" = the best residue reaches `LEARNED_BEST` on the matched task (a compressed model may
-still fail most residues: that is the effect). The zoo (`experiments/zoo/`) is a set of members
-trained by this rule.
+still fail most residues: that is the effect).
 
 Example:
     >>> model_cfg, tcfg = rule_recipe(6, 6)
@@ -58,7 +57,7 @@ GATE_BIAS_INIT_STD = 2.0
 ALIGNED_FROM_WINDOW = 12
 ALIGNED_STEPS = 2000
 #: Records the rule's rows leave undemonstrated (`Mixture.min_undemonstrated`). 3 removes the
-#: exclusion shortcut every unlearned zoo run took, but W8/S8 then learned in 2 of 6 seeds against
+#: exclusion shortcut every unlearned run took, but W8/S8 then learned in 2 of 6 seeds against
 #: 4 of 6 with 1 (docs/training.md, "The exclusion shortcut"), so the rule keeps 1.
 MIN_UNDEMONSTRATED = 1
 N_HEADS = 4
@@ -71,7 +70,7 @@ LAYOUTS = ("generic", "deepseek-csa", "full")
 
 
 def period(model_period: int | None = None, **deprecated: Any) -> int:
-    """Residue modulus R of the zoo's tables for a model of period P (`model_period`, the lcm of its
+    """Residue modulus R of phase tables for a model of period P (`model_period`, the lcm of its
     strides): lcm(P, 8) (full attention, None: 8). The old name `stride=` still works, with a
     DeprecationWarning."""
     model_period = renamed_keyword("period", deprecated, "stride", "model_period", model_period)
@@ -83,7 +82,7 @@ def _lcm_with_8(model_period: int | None) -> int:
 
 
 def table_period(period: int | None = None, **deprecated: Any) -> int:
-    """Residue modulus of the zoo table for a model of period P (the lcm of its strides; None for full
+    """Residue modulus of a phase table for a model of period P (the lcm of its strides; None for full
     attention): lcm(P, 8), doubled until it spans two periods, so that "A(r) = A(r + P)" can be
     tested (P = 2, 4 -> 8; 6, 12 -> 24; 8 -> 16; 16 -> 32; full: 8). The old name `stride=` of
     `period` still works, with a DeprecationWarning."""
@@ -154,14 +153,14 @@ def rule_recipe(window: int | None = None, stride: int | None = None, *, gate: s
             model has as many query heads, one per KV head).
         rope: False drops RoPE from the compressed layers (queries, local keys and entries).
         layout: "generic", "deepseek-csa" (DeepSeek-V4's CSA compressor) or "full" attention.
-        width: d_model (MLP 3 x width); 64 on CPU, 256 in `experiments/zoo/train_gpu.sh`. Head size,
+        width: d_model (MLP 3 x width); 64 on CPU (256 fits a GPU's time). Head size,
             data, steps and schedule do not change with it.
         seed: model and data seed.
         aligned: phase-aligned start (None: the rule's choice, `aligned_by_rule`).
         aligned_modulus: the modulus of the aligned start (None: the rule's, `table_period`).
         min_undemonstrated: `Mixture.min_undemonstrated` (None: the rule's, `MIN_UNDEMONSTRATED`).
-        d_head: head size (None: the rule's, `D_HEAD`; full attention `D_HEAD_FULL`); the
-            control of `experiments/control` gives full attention the compressed members' 64.
+        d_head: head size (None: the rule's, `D_HEAD`; full attention `D_HEAD_FULL`); a
+            control can give full attention the compressed models' 64.
         offset_bias, payload, rope_dims: the paper's controlled variants of the generic layout: no
             offset bias b_i, one "shared" payload map instead of "per_offset" maps, partial RoPE on
             `rope_dims` trailing channels (None: RoPE on all, or none with rope=False).

@@ -26,7 +26,7 @@ from phaseinterp.family import ModelFamily, register_family
 
 MODEL_TYPES = {"deepseek_v32": "deepseek-v32", "glm_moe_dsa": "glm-moe-dsa"}
 
-#: the period the phase statistics of these models test by default: the S of the compressed zoo
+#: the period the phase statistics of these models test by default: a common compressor stride (these models have no S of their own)
 DEFAULT_STRIDE = 8  # (also `backend.DEFAULT_STRIDE`, what `DSABackend.wrap` uses; kept here so registering imports no backend)
 
 

@@ -47,7 +47,7 @@ from phaseinterp.families.dsa.indexer import (SelectionEdit, attention_modules, 
 from phaseinterp.families.hf.backend import HFCausalLMBackend
 
 MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa")
-#: the period the phase statistics of these models test by default: the S of the compressed zoo
+#: the period the phase statistics of these models test by default: a common compressor stride (these models have no S of their own)
 DEFAULT_STRIDE = 8
 
 
@@ -114,8 +114,8 @@ class DSABackend(HFCausalLMBackend):
 
     Args:
         model: a `DeepseekV32ForCausalLM` or `GlmMoeDsaForCausalLM`.
-        stride: the period S the phase statistics test (the model has no compressor; default 8, the S
-            of the compressed zoo).
+        stride: the period S the phase statistics test (the model has no compressor; default 8, a common
+            compressor stride).
     """
 
     @classmethod

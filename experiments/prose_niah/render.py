@@ -1,0 +1,159 @@
+"""The prose needle study's pages, rendered from its result files only (assets/results/prose_niah/):
+the results block of docs/prose_niah.md and of experiments/prose_niah/README.md, and one offline HTML
+page with the phase curves and depth x phase grids (assets/results/prose_niah/prose_niah.html).
+
+The answer to "weak phases?" pools every compressed unit's permutation test of "no phase effect", so it
+is read after Holm's correction across them (`measure.pvalues.holm_adjust`); a unit at floor or ceiling
+at every residue cannot show a phase effect and is named as such, not counted as "no effect".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.prose_niah.run import HIGH, LOW, RESULTS, ROOT
+
+MARK = "<!-- results: rendered from assets/results/prose_niah/ by `python -m experiments.prose_niah.run render` -->"
+PAGES = (ROOT / "docs" / "prose_niah.md", ROOT / "experiments" / "prose_niah" / "README.md")
+ALPHA = 0.05
+
+
+def units() -> list[dict[str, Any]]:
+    return [json.loads(f.read_text()) for f in sorted(RESULTS.glob("*/T*.json"))]
+
+
+def regimes() -> list[dict[str, Any]]:
+    return [json.loads(f.read_text()) for f in sorted(RESULTS.glob("*/regime.json"))]
+
+
+def regime_state(u: dict[str, Any]) -> str | None:
+    """"ceiling" / "floor" when every residue is at 1 / 0 (no phase effect can show), else None."""
+    acc = [a for a in u["curve"]["accuracy"] if a is not None]
+    return "ceiling" if min(acc) == 1.0 else "floor" if max(acc) == 0.0 else None
+
+
+def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Each compressed unit's reading after Holm across the units that can show an effect, by file key."""
+    from phaseinterp.measure.pvalues import holm_adjust
+
+    testable = [u for u in rows if u["setting"] != "none" and regime_state(u) is None]
+    adjusted = holm_adjust(np.array([u["summary"]["p_value"] for u in testable], dtype=float)) if testable else []
+    out = {}
+    for u in rows:
+        state = regime_state(u)
+        out[key(u)] = f"at {state} at every residue: cannot show a phase effect" if state else ""
+    for u, p in zip(testable, adjusted):
+        s = u["summary"]
+        if p < ALPHA:
+            period = s["p_periodic"]
+            how = "" if period is None else (f"; consistent with period {s['period']} (p = {period:.2f})" if period >= ALPHA
+                                             else f"; not explained by period {s['period']} (p = {period:.3f})")
+            out[key(u)] = f"weak phases: worst r = {s['worst_residue']} (Holm p = {p:.3f}{how})"
+        else:
+            out[key(u)] = f"no phase effect detected (Holm p = {p:.2f} over {len(testable)} tests)"
+    return out
+
+
+def key(u: dict[str, Any]) -> str:
+    return f"{u['model']} T{u['length']} {u['anchor']} {u['setting']} L{u['layers']} n{u['n_per_residue']}"
+
+
+def _interval(x: Any) -> str:
+    return "" if not x or any(v is None for v in x) else f" [{x[0]:.1f}, {x[1]:.1f}]"
+
+
+def unit_table(rows: list[dict[str, Any]], said: dict[str, str]) -> list[str]:
+    m = rows[0]["modulus"]
+    lines = ["| setting | layers | n/residue | " + " | ".join(f"r={r}" for r in range(m)) +
+             " | mean | held-out gap pp | p (no phase effect) | p (period) | reading |",
+             "|" + "---|" * (m + 8)]
+    for u in rows:
+        s = u["summary"]
+        acc = " | ".join("-" if a is None else f"{a:.2f}" for a in u["curve"]["accuracy"])
+        gap = "-" if s["gap_heldout_pp"] is None else f"{s['gap_heldout_pp']:.1f}{_interval(s['gap_interval_pp'])}"
+        per = "-" if s["p_periodic"] is None else f"{s['p_periodic']:.3f}"
+        lines.append(f"| {u['setting']} | {u['layers']} | {u['n_per_residue']} | {acc} | {s['mean']:.2f} | {gap} | "
+                     f"{s['p_value']:.3f} | {per} | {said[key(u)]} |")
+    return lines
+
+
+def block() -> str:
+    rows, scans = units(), regimes()
+    if not rows and not scans:
+        return "No unit has run yet (`python -m experiments.prose_niah.run scan`).\n"
+    said = verdicts(rows)
+    out = []
+    for scan in scans:
+        out += [f"**Regime of {scan['model']}** ({scan['length']} tokens, W8/S8 mean, {scan['n_per_residue']} prompt(s) "
+                f"per residue mod 8; rule: mean in [{LOW}, {HIGH}], most compressed first): layers "
+                f"**{scan['regime']}** ({scan['why']}).", "",
+                "| compressed layers | mean accuracy |", "|---|---|",
+                *[f"| {layers} | {mean:.2f} |" for layers, mean in scan["rows"]], ""]
+    groups: dict[tuple, list] = {}
+    for u in rows:
+        groups.setdefault((u["model"], u["length"], u["anchor"]), []).append(u)
+    for (model, length, anchor), mine in groups.items():
+        what = "the needle value's first token" if anchor == "value" else "the question's last token (needle fixed)"
+        out += [f"**{model}, {length} tokens, residue of {what}.**", "", *unit_table(mine, said), ""]
+    out += knockout_lines()
+    testable = [u for u in rows if u["setting"] != "none" and regime_state(u) is None]
+    weak = [k for k, v in said.items() if v.startswith("weak")]
+    out.append(f"Across {len(testable)} compressed unit(s) that can show a phase effect (neither floor nor ceiling "
+               f"everywhere), {len(weak)} show weak phases after Holm's correction" + (f": {', '.join(weak)}." if weak else "."))
+    out.append("\nCommands: each unit file records its own (`command`), with versions and seconds.")
+    return "\n".join(out) + "\n"
+
+
+def knockout_lines() -> list[str]:
+    """One paragraph per knockout map file: significant cells after BH-FDR, and the units that matter most."""
+    from phaseinterp.measure import SpecializationMap
+
+    out = []
+    for f in sorted(RESULTS.glob("*/knockout-*.json")):
+        r = json.loads(f.read_text())
+        smap = SpecializationMap.from_dict(r["map"])
+        top = smap.top(3)
+        cells = ", ".join(f"{row.unit} at r={row.residue} ({row.value:+.1f} pp)" for row in top.itertuples()) if len(top) else "none"
+        out += [f"**KV-head knockout map**, {r['model']} under {r['setting']} (layers {r['layers']}), {r['length']} "
+                f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {r['significant_fdr_cells']} of "
+                f"{smap.values.size} cells significant ({r['which']}); the cells where a knockout lowers accuracy most: {cells}.", ""]
+    return out
+
+
+def write_pages() -> None:
+    text = block()
+    for page in PAGES:
+        head = page.read_text() if page.exists() else ""
+        head = head[: head.index(MARK)] if MARK in head else head
+        page.write_text(head + MARK + "\n\n" + text)
+    write_html()
+
+
+def write_html() -> Path | None:
+    from phaseinterp.measure import PhaseCurve
+    from phaseinterp.measure.depth_grid import DepthPhaseGrid
+    from phaseinterp.plot import depth_phase_figure, phase_figure
+    from phaseinterp.report import Section, write_report
+
+    rows = units()
+    if not rows:
+        return None
+    sections = []
+    groups: dict[tuple, list] = {}
+    for u in rows:
+        groups.setdefault((u["model"], u["length"], u["anchor"]), []).append(u)
+    for (model, length, anchor), mine in groups.items():
+        curves = {f"{u['setting']} L{u['layers']}": PhaseCurve.from_dict(u["curve"]) for u in mine}
+        figs = [phase_figure(curves, title=f"{model}, {length} tokens, {anchor} anchor: accuracy by phase")]
+        for u in mine:
+            g = u["grid"]
+            grid = DepthPhaseGrid(*(np.array(g[k], dtype=float) for k in ("accuracy", "lo", "hi")), np.array(g["n"]),
+                                  np.array(g["k"]), np.array(g["edges"]), g["modulus"], g["meta"])
+            figs.append(depth_phase_figure(grid, title=f"{u['setting']} L{u['layers']}: accuracy by depth and phase"))
+        sections.append(Section(f"{model}, {length} tokens ({anchor})", "", [], figs))
+    return write_report(sections, RESULTS / "prose_niah.html", "Prose needle in a haystack by phase",
+                        {"source": "assets/results/prose_niah/*/T*.json"})

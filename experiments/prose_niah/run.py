@@ -1,0 +1,245 @@
+"""The classic needle in a haystack (Paul Graham essays) on real pretrained models under training-free
+chunked compression and selection presses, by phase of the needle and of the question.
+
+    python -m experiments.prose_niah.run scan --model smollm2              # 1. the regime (below)
+    python -m experiments.prose_niah.run grid --model smollm2 --settings none mean-W8S8 ...
+    python -m experiments.prose_niah.run render                            # README + docs page from the files
+
+The regime rule, stated before any run. "Compress every layer" scores 0% at every residue (SmolLM2,
+W8/S8 mean, 64-token local window, 4-token sink, 1k tokens), which says nothing about phase, so each
+model first gets a regime: which layers are compressed. Candidates (`CANDIDATES`, most compressed first)
+run under W8/S8 mean with a 64-token local window and a 4-token sink at `--length` tokens, `--n` prompts
+per residue mod 8 (the value's first token at the residue). The regime is the first candidate whose mean
+accuracy lies in [0.25, 0.75]; if none does, the candidate whose mean is nearest 0.5 (the page says so).
+Every setting of the grid (rules, W16/S8, the presses at `BUDGET` chunks) then uses that regime.
+(Amended once, before any grid unit ran: the first SmolLM2 pass jumped from 0.0 with layers 15-29 to
+0.875 with 22-29, so 18-29 and 20-29 were added between them.)
+
+Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
+it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
+under runs/prose_niah/ keeps finished minibatches). Accuracy is teacher-forced exact match of every
+answer token; curves have cluster-bootstrap intervals and two tests (no phase effect: permutation of
+accuracy against residue; period: accuracy depends on the residue only through residue mod S).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "assets" / "results" / "prose_niah"
+JOURNAL = ROOT / "runs" / "prose_niah"
+MODULUS = 8
+LOCAL, SINK, BUDGET = 64, 4, 4
+#: compressed layers of each regime candidate, most compressed first ("global": Gemma 3's global layers)
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "smollm2": ("0-29", "15-29", "18-29", "20-29", "22-29", "26-29", "28-29", "29-29"),
+    "gemma3-270m": ("all", "global"),
+}
+LOW, HIGH = 0.25, 0.75
+
+
+def layers_of(model: Any, spec: str) -> tuple[int, ...]:
+    """The layer indices of a candidate: "A-B" (inclusive), "all" or "global" (Gemma 3)."""
+    n = model.config.num_hidden_layers
+    if spec == "all":
+        return tuple(range(n))
+    if spec == "global":
+        from phaseinterp.families.gemma3.attention import global_layers
+
+        return tuple(global_layers(model))
+    a, _, b = spec.partition("-")
+    if not (a.isdigit() and b.isdigit() and 0 <= int(a) <= int(b) < n):
+        raise ValueError(f"layers={spec!r} is invalid: allowed 'A-B' with 0 <= A <= B < {n}, 'all' or 'global'")
+    return tuple(range(int(a), int(b) + 1))
+
+
+def setting(name: str, layers: tuple[int, ...]) -> Any:
+    """The compression of a setting name: "none", "RULE-WxSy" (`KVCompression`: mean, score, evict) or
+    "chunk-Sy" / "token-Sy" (`SelectionPress` at `BUDGET` chunks), all with the regime's layers."""
+    from phaseinterp.backends.kv_compression import KVCompression
+    from phaseinterp.backends.presses import SelectionPress
+
+    if name == "none":
+        return None
+    kind, _, geometry = name.partition("-")
+    if kind in ("chunk", "token") and geometry[:1] == "S" and geometry[1:].isdigit():
+        return SelectionPress(kind, int(geometry[1:]), BUDGET, local=LOCAL, sink=SINK, layers=layers)
+    w, _, s = geometry[1:].partition("S")
+    if kind in ("mean", "score", "evict") and geometry[:1] == "W" and w.isdigit() and s.isdigit():
+        return KVCompression(int(w), int(s), kind, local=LOCAL, sink=SINK, layers=layers)
+    raise ValueError(f"setting={name!r} is invalid: allowed 'none', 'RULE-WxSy' (RULE mean, score or evict) "
+                     "or 'chunk-Sy' / 'token-Sy'")
+
+
+def apply(model: Any, how: Any) -> None:
+    """Put `how` on the model in place (None: the original attention everywhere)."""
+    from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
+    from phaseinterp.backends.presses import press_attention, restore_presses
+
+    restore_attention(model)
+    restore_presses(model)
+    if isinstance(how, KVCompression):
+        compress_attention(model, how)
+    elif how is not None:
+        press_attention(model, how)
+
+
+def load(name: str) -> tuple[Any, str]:
+    import torch
+
+    torch.set_num_threads(1)
+    if name == "smollm2":
+        from phaseinterp.backends.smollm2 import load_smollm2
+
+        return load_smollm2()[0].eval(), name
+    if name == "gemma3-270m":
+        from phaseinterp.families.gemma3.load import load_gemma3_270m
+
+        return load_gemma3_270m()[0].eval(), name
+    raise ValueError(f"model={name!r} is invalid: allowed {sorted(CANDIDATES)}")
+
+
+def unit_path(model: str, length: int, anchor: str, name: str, layers: str, n: int, folder: str = "") -> Path:
+    """A unit's file: the grid's under RESULTS/MODEL/, the regime scan's under RESULTS/MODEL/scan/."""
+    return RESULTS / model / folder / f"T{length}-{anchor}-{name}-L{layers}-n{n}.json"
+
+
+def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, anchor: str,
+             folder: str = "") -> dict[str, Any]:
+    """One (length, anchor, setting, layers) unit: its phase curve and depth x phase grid, written to its
+    file (returned from the file when it exists)."""
+    from phaseinterp.measure import depth_phase_grid, phase_sweep
+    from phaseinterp.measure.provenance import versions
+    from phaseinterp.tasks import ProseNeedle
+
+    layers = "none" if name == "none" else layers  # the uncompressed model has no regime
+    path = unit_path(args.model, args.length, anchor, name, layers, args.n, folder)
+    if path.exists():
+        return json.loads(path.read_text())
+    how = setting(name, () if name == "none" else layers_of(model, layers))
+    apply(model, how)
+    task = ProseNeedle(tok, seq_len=args.length, n_depths=args.n_depths, anchor=anchor)
+    batch = task.sample(args.n, MODULUS, seed=args.seed)
+    period = None if how is None else getattr(how, "stride", getattr(how, "chunk", None))
+    start = time.time()
+    curve = phase_sweep(model, batch, batch_size=args.batch_size, period=period, progress=False, n_boot=args.n_boot,
+                        n_perm=args.n_perm, seed=args.seed, label=f"{args.model} {name}",
+                        resume=JOURNAL / path.relative_to(RESULTS).with_suffix(""))
+    grid = depth_phase_grid(curve.correct, batch, n_bins=args.n_depths, label=name)
+    apply(model, None)
+    result = {"model": args.model, "length": args.length, "anchor": anchor, "setting": name, "layers": layers,
+              "compression": None if how is None else {"class": type(how).__name__, **how.to_dict()},
+              "n_per_residue": args.n, "modulus": MODULUS, "seed": args.seed, "task": task.card(),
+              "summary": curve.to_dict()["summary"], "curve": curve.to_dict(), "grid": grid.to_dict(),
+              "seconds": round(time.time() - start, 1), "command": "python -m experiments.prose_niah.run " + " ".join(args.argv),
+              "versions": versions()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    text = json.dumps(result, indent=1, default=float) + "\n"
+    tmp.write_text(text)
+    tmp.replace(path)  # atomic: a unit file exists only when finished
+    result = json.loads(text)  # as a rerun reads it back
+    s = result["summary"]
+    print(f"{path.name}: mean {s['mean']:.3f}, worst r={s['worst_residue']} {s['worst']:.3f}, "
+          f"p {s['p_value']:.3g}, {result['seconds']} s", flush=True)
+    return result
+
+
+def run_knockout(model, tok: str, args: argparse.Namespace, name: str, layers: str) -> dict[str, Any]:
+    """KV-head knockout map (mean over a disjoint calibration batch, final-position path) of the model
+    under `name` in the regime, written to its file (read back when it exists)."""
+    from phaseinterp.interventions import knockout_map
+    from phaseinterp.tasks import ProseNeedle
+
+    path = RESULTS / args.model / f"knockout-T{args.length}-{name}-L{layers}-n{args.n}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    how = setting(name, layers_of(model, layers))
+    task = ProseNeedle(tok, seq_len=args.length, n_depths=args.n_depths)
+    batch = task.sample(args.n, MODULUS, seed=args.seed)
+    calibration = task.sample(args.n, MODULUS, seed=args.seed, split="calibration")
+    apply(model, how)
+    start = time.time()
+    smap = knockout_map(model, batch, calibration, level="kv_head", n_boot=args.n_boot, seed=args.seed, max_rows=args.batch_size,
+                        progress=False, label=f"{args.model} {name} L{layers}")
+    apply(model, None)
+    significant, which = smap.significance("fdr")
+    result = {"model": args.model, "length": args.length, "setting": name, "layers": layers, "n_per_residue": args.n,
+              "modulus": MODULUS, "seed": args.seed, "map": smap.to_dict(), "seconds": round(time.time() - start, 1),
+              "significant_fdr_cells": int(np.sum(significant)) if significant is not None else None, "which": which,
+              "command": "python -m experiments.prose_niah.run " + " ".join(args.argv)}
+    path.write_text(json.dumps(result, default=float) + "\n")
+    print(f"{path.name}: {result['significant_fdr_cells']} cells significant after FDR, {result['seconds']} s", flush=True)
+    return result
+
+
+def choose_regime(rows: list[tuple[str, float]]) -> tuple[str, str]:
+    """(layers, why) from the scan's (candidate, mean accuracy) rows in `CANDIDATES` order (module docstring).
+
+    Example:
+        >>> choose_regime([("0-29", 0.0), ("15-29", 0.3), ("22-29", 0.6)])
+        ('15-29', 'first candidate with mean in [0.25, 0.75]')
+        >>> choose_regime([("0-29", 0.0), ("15-29", 0.9)])[0]
+        '15-29'
+    """
+    if not rows:
+        raise ValueError("rows=[] is invalid: the regime rule needs the scan's candidates")
+    for layers, mean in rows:
+        if LOW <= mean <= HIGH:
+            return layers, f"first candidate with mean in [{LOW}, {HIGH}]"
+    layers = min(rows, key=lambda r: abs(r[1] - 0.5))[0]
+    return layers, f"no candidate in [{LOW}, {HIGH}]: the one nearest 0.5"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=("scan", "grid", "knockout", "render"))
+    p.add_argument("--model", choices=sorted(CANDIDATES), default="smollm2")
+    p.add_argument("--length", type=int, default=1024)
+    p.add_argument("--n", type=int, default=1, help="prompts per residue mod 8")
+    p.add_argument("--n-depths", type=int, default=8)
+    p.add_argument("--settings", nargs="+", default=["none", "mean-W8S8"])
+    p.add_argument("--layers", help="the regime's layers (default: chosen by the scan's file)")
+    p.add_argument("--anchor", choices=("value", "question"), default="value")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--n-perm", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    args.argv = argv
+    if args.what == "render":
+        from experiments.prose_niah.render import write_pages
+
+        write_pages()
+        return
+    model, tok = load(args.model)
+    if args.what == "scan":
+        rows = []
+        for layers in CANDIDATES[args.model]:
+            r = run_unit(model, tok, args, "mean-W8S8", layers, "value", folder="scan")
+            rows.append((layers, r["summary"]["mean"]))
+        layers, why = choose_regime(rows)
+        scan = {"model": args.model, "length": args.length, "n_per_residue": args.n, "rows": rows, "regime": layers,
+                "why": why, "rule": "experiments/prose_niah/run.py (module docstring)"}
+        (RESULTS / args.model / "regime.json").write_text(json.dumps(scan, indent=1) + "\n")
+        print(f"regime of {args.model}: layers {layers} ({why})")
+        return
+    layers = args.layers or json.loads((RESULTS / args.model / "regime.json").read_text())["regime"]
+    for name in args.settings:
+        if args.what == "knockout":
+            run_knockout(model, tok, args, name, layers)
+        else:
+            run_unit(model, tok, args, name, layers, args.anchor)
+
+
+if __name__ == "__main__":
+    main()

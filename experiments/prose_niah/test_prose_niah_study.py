@@ -1,0 +1,82 @@
+"""The prose needle study: its settings, a unit run on a tiny random Llama equal to a direct sweep, the
+Holm reading of its pages, and pages that match the result files."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from experiments.prose_niah import render, run
+from phaseinterp.backends.kv_compression import KVCompression
+from phaseinterp.backends.presses import SelectionPress
+from tests.test_needle_cli import llama_dir  # noqa: F401  (fixture: a tiny random Llama folder)
+from tests.test_tasks_prose import haystack, tokenizer_dir  # noqa: F401  (fixtures: essays, tokenizer)
+
+
+def test_settings_parse_to_the_library_objects_and_bad_names_are_refused():
+    assert run.setting("none", ()) is None
+    assert run.setting("evict-W16S8", (1, 2)) == KVCompression(16, 8, "evict", local=run.LOCAL, sink=run.SINK, layers=(1, 2))
+    assert run.setting("chunk-S8", (3,)) == SelectionPress("chunk", 8, run.BUDGET, local=run.LOCAL, sink=run.SINK, layers=(3,))
+    with pytest.raises(ValueError, match=r"setting='max-W8S8' is invalid: allowed 'none', 'RULE-WxSy'"):
+        run.setting("max-W8S8", ())
+    model = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=4))
+    assert run.layers_of(model, "2-3") == (2, 3) and run.layers_of(model, "all") == (0, 1, 2, 3)
+    with pytest.raises(ValueError, match=r"layers='2-4' is invalid: allowed 'A-B' with 0 <= A <= B < 4"):
+        run.layers_of(model, "2-4")
+
+
+def test_a_unit_equals_a_direct_sweep_and_is_read_back_not_rerun(llama_dir, tokenizer_dir, haystack, tmp_path,  # noqa: F811
+                                                                   monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    from phaseinterp.backends.kv_compression import compress_attention
+    from phaseinterp.measure import phase_sweep
+    from phaseinterp.tasks import ProseNeedle
+
+    monkeypatch.setattr(run, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run, "JOURNAL", tmp_path / "journal")
+    monkeypatch.setattr(run, "LOCAL", 4)
+    monkeypatch.setattr(run, "SINK", 1)
+    monkeypatch.setattr(run, "MODULUS", 4)
+    model = LlamaForCausalLM.from_pretrained(llama_dir).eval()
+    args = SimpleNamespace(model="tiny", length=160, n=3, n_depths=2, seed=0, batch_size=4, n_boot=20, n_perm=20,
+                           argv=["grid"])
+    task = ProseNeedle(str(tokenizer_dir), seq_len=160, n_depths=2, haystack_dir=str(haystack))
+    monkeypatch.setattr("phaseinterp.tasks.ProseNeedle", lambda tok, **kw: ProseNeedle(tok, haystack_dir=str(haystack), **kw))
+    unit = run.run_unit(model, str(tokenizer_dir), args, "mean-W4S4", "0-1", "value")
+    compress_attention(model, KVCompression(4, 4, local=4, sink=1, layers=(0, 1)))
+    direct = phase_sweep(model, task.sample(3, 4, seed=0), n_boot=20, n_perm=20, progress=False)
+    assert unit["curve"]["correct"] == direct.correct.tolist() and unit["curve"]["period"] == 4
+    assert unit["compression"]["class"] == "KVCompression" and unit["layers"] == "0-1"
+    path = run.unit_path("tiny", 160, "value", "mean-W4S4", "0-1", 3)
+    assert json.loads(path.read_text())["summary"] == unit["summary"]
+    path.write_text(json.dumps({**unit, "seconds": -1.0}))
+    assert run.run_unit(model, str(tokenizer_dir), args, "mean-W4S4", "0-1", "value")["seconds"] == -1.0  # not rerun
+
+
+def _unit(setting: str, accuracy: list[float], p: float) -> dict:
+    summary = {"p_value": p, "p_periodic": 0.5, "period": 8, "worst_residue": int(np.argmin(accuracy)), "mean": 0.5,
+               "gap_heldout_pp": 10.0, "gap_interval_pp": [1.0, 20.0]}
+    return {"model": "m", "length": 1024, "anchor": "value", "setting": setting, "layers": "0-1", "n_per_residue": 4,
+            "modulus": 2, "curve": {"accuracy": accuracy}, "summary": summary}
+
+
+def test_the_reading_corrects_for_the_pooled_tests_and_names_floor_and_ceiling():
+    rows = [_unit("none", [1.0, 1.0], 1.0), _unit("mean-W8S8", [0.2, 0.9], 0.02), _unit("score-W8S8", [0.5, 0.6], 0.2),
+            _unit("chunk-S8", [1.0, 1.0], 1.0)]
+    said = render.verdicts(rows)
+    assert said[render.key(rows[0])] == said[render.key(rows[3])] == "at ceiling at every residue: cannot show a phase effect"
+    assert said[render.key(rows[1])].startswith("weak phases: worst r = 0 (Holm p = 0.040")  # 2 tests: 0.02 x 2
+    assert said[render.key(rows[2])] == "no phase effect detected (Holm p = 0.20 over 2 tests)"
+
+
+def test_the_pages_are_rendered_from_the_result_files():
+    block = render.block()
+    for page in render.PAGES:
+        text = page.read_text()
+        assert render.MARK in text, f"{page} has no results block"
+        assert text.split(render.MARK, 1)[1].strip() == block.strip(), \
+            f"{page} is stale: python -m experiments.prose_niah.run render"
