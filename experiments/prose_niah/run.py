@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from phaseinterp.backends.presses import apply_attention
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "assets" / "results" / "prose_niah"
 JOURNAL = ROOT / "runs" / "prose_niah"
@@ -79,19 +81,6 @@ def setting(name: str, layers: tuple[int, ...]) -> Any:
                      "or 'chunk-Sy' / 'token-Sy'")
 
 
-def apply(model: Any, how: Any) -> None:
-    """Put `how` on the model in place (None: the original attention everywhere)."""
-    from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
-    from phaseinterp.backends.presses import press_attention, restore_presses
-
-    restore_attention(model)
-    restore_presses(model)
-    if isinstance(how, KVCompression):
-        compress_attention(model, how)
-    elif how is not None:
-        press_attention(model, how)
-
-
 def load(name: str) -> tuple[Any, str]:
     import torch
 
@@ -125,7 +114,7 @@ def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, 
     if path.exists():
         return json.loads(path.read_text())
     how = setting(name, () if name == "none" else layers_of(model, layers))
-    apply(model, how)
+    apply_attention(model, how)
     task = ProseNeedle(tok, seq_len=args.length, n_depths=args.n_depths, anchor=anchor)
     batch = task.sample(args.n, MODULUS, seed=args.seed)
     period = None if how is None else getattr(how, "stride", getattr(how, "chunk", None))
@@ -134,7 +123,7 @@ def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, 
                         n_perm=args.n_perm, seed=args.seed, label=f"{args.model} {name}",
                         resume=JOURNAL / path.relative_to(RESULTS).with_suffix(""))
     grid = depth_phase_grid(curve.correct, batch, n_bins=args.n_depths, label=name)
-    apply(model, None)
+    apply_attention(model, None)
     result = {"model": args.model, "length": args.length, "anchor": anchor, "setting": name, "layers": layers,
               "compression": None if how is None else {"class": type(how).__name__, **how.to_dict()},
               "n_per_residue": args.n, "modulus": MODULUS, "seed": args.seed, "task": task.card(),
@@ -166,11 +155,11 @@ def run_knockout(model, tok: str, args: argparse.Namespace, name: str, layers: s
     task = ProseNeedle(tok, seq_len=args.length, n_depths=args.n_depths)
     batch = task.sample(args.n, MODULUS, seed=args.seed)
     calibration = task.sample(args.n, MODULUS, seed=args.seed, split="calibration")
-    apply(model, how)
+    apply_attention(model, how)
     start = time.time()
     smap = knockout_map(model, batch, calibration, level="kv_head", n_boot=args.n_boot, seed=args.seed, max_rows=args.batch_size,
                         progress=False, label=f"{args.model} {name} L{layers}")
-    apply(model, None)
+    apply_attention(model, None)
     significant, which = smap.significance("fdr")
     result = {"model": args.model, "length": args.length, "setting": name, "layers": layers, "n_per_residue": args.n,
               "modulus": MODULUS, "seed": args.seed, "map": smap.to_dict(), "seconds": round(time.time() - start, 1),

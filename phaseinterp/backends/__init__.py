@@ -23,7 +23,7 @@ from phaseinterp.backends.batching import BatchedNNsight  # noqa: E402
 from phaseinterp.backends.compression import Compression  # noqa: E402
 from phaseinterp.backends.edits import CycleGate, Edit, Replace, SetEntries, SetGate  # noqa: E402
 from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention  # noqa: E402
-from phaseinterp.backends.presses import SelectionPress, press_attention, restore_presses  # noqa: E402
+from phaseinterp.backends.presses import SelectionPress, apply_attention, press_attention, restore_presses  # noqa: E402
 from phaseinterp.backends.units import BackendConfig, Read  # noqa: E402
 from phaseinterp.units import UNIT_KINDS, Unit  # noqa: E402
 
@@ -60,7 +60,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["Backend", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "Compression", "CycleGate",
+__all__ = ["Backend", "apply_attention", "BackendConfig", "BatchedNNsight", "CompressedHFBackend", "Compression", "CycleGate",
            "DeepseekV4Backend", "Edit", "add_gate_hooks", "bridge_hook_name",
            "HFCausalLMBackend", "HookedBackend", "HookedNNsightBackend", "KVCompression", "NSABackend", "Read", "Replace", "SetEntries",
            "SetGate", "UNIT_KINDS", "Unit", "backend_for", "compress_attention", "compress_gemma3", "load_gemma3_270m",

@@ -216,3 +216,19 @@ def press_attention(model: nn.Module, press: SelectionPress) -> nn.Module:
     for i in chosen:
         layers[i].self_attn = PressedLlamaAttention(layers[i].self_attn, press)
     return model
+
+
+def apply_attention(model: nn.Module, how: Any) -> nn.Module:
+    """The model with `how` in place of whatever compression or press it had: a `KVCompression`
+    (`compress_attention`), a `SelectionPress` (`press_attention`) or None (the original attention).
+
+    Example:
+        >>> apply_attention(model, SelectionPress("chunk", 8, 4))  # doctest: +SKIP
+    """
+    from phaseinterp.backends.kv_compression import KVCompression, compress_attention
+
+    restore_attention(model)
+    restore_presses(model)
+    if isinstance(how, KVCompression):
+        return compress_attention(model, how)
+    return model if how is None else press_attention(model, how)

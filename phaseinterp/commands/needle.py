@@ -152,6 +152,7 @@ def load(args: argparse.Namespace) -> tuple[Any, Any]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every (length, condition) unit: its phase curve (`phase_sweep`, journaled under OUT/.journal when
     run from the CLI) and its depth x phase grid. Returns {"units": [...], "settings": ..., "task": ...}."""
+    from phaseinterp.backends.presses import apply_attention
     from phaseinterp.families.resolve import context_length
     from phaseinterp.measure import depth_phase_grid, phase_sweep
     from phaseinterp.tasks import ProseNeedle
@@ -166,10 +167,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     option = "--compress" if args.press is None else f"--press {args.press}"
     if spec is not None:  # a layer out of range or a model the compression cannot wrap: refused before any sweep
         try:
-            _apply(model, spec)
+            apply_attention(model, spec)
         except ValueError as err:
             raise ValueError(f"{option} on {str(args.model)!r}: {err}") from None
-        _apply(model, None)
+        apply_attention(model, None)
     conditions = [("uncompressed", None)] + ([("compressed" if args.press is None else "pressed", spec)] if spec else [])
     grid_step = None if spec is None else getattr(spec, "stride", None) or spec.chunk
     period = grid_step if grid_step is not None and args.modulus % grid_step == 0 else None
@@ -179,7 +180,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                            n_depths=args.n_depths, anchor=args.anchor_token, value_digits=args.value_digits)
         batch = task.sample(args.n_per_residue, args.modulus, seed=args.task_seed)
         for name, how in conditions:
-            _apply(model, how)  # in place, over the same weights
+            apply_attention(model, how)  # in place, over the same weights
             label = f"{name} T={length}" + ("" if how is None else f" {how.name}")
             curve = phase_sweep(model, batch, batch_size=args.batch_size, period=period, device=args.device,
                                 progress=not args.no_progress, label=label, n_boot=args.n_boot, n_perm=args.n_perm,
@@ -187,23 +188,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                 resume=None if journal is None else Path(journal) / f"T{length}-{name}")
             grid = depth_phase_grid(curve.correct, batch, n_bins=args.depth_bins or args.n_depths, label=label)
             units.append({"length": length, "condition": name, "label": label, "curve": curve, "grid": grid})
-        _apply(model, None)
+        apply_attention(model, None)
     return {"units": units, "task": task.card(),
             "compression": None if spec is None else {"class": type(spec).__name__, **spec.to_dict()},
             "period": period}
-
-
-def _apply(model, how) -> None:
-    """`how` (a `KVCompression`, a `SelectionPress` or None: the original attention) on the model, in place."""
-    from phaseinterp.backends.kv_compression import KVCompression, compress_attention, restore_attention
-    from phaseinterp.backends.presses import press_attention, restore_presses
-
-    restore_attention(model)
-    restore_presses(model)
-    if isinstance(how, KVCompression):
-        compress_attention(model, how)
-    elif how is not None:
-        press_attention(model, how)
 
 
 def _tables(units: list[dict[str, Any]]):
