@@ -20,7 +20,12 @@ def _small(seed: int = 0, **kw):
 
 
 def _max_diff(a, b) -> float:
-    return max(float((x - y).abs().max()) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    """Largest logit difference of two models on a batch neither trained on. Not the weights: Adam
+    turns float-rounding noise in a near-zero gradient (an embedding row of a token the batches
+    barely use) into an update of order lr, so weights differ where every output agrees."""
+    batch = make_batch(long_mixture(96, 12), seed=99, step=1000, batch_size=8)
+    with torch.no_grad():
+        return float((a(batch.tokens) - b(batch.tokens)).abs().max())
 
 
 def test_encoded_batches_decode_to_the_trainers_batch():
@@ -37,7 +42,7 @@ def test_a_fleet_trains_what_train_trains(tmp_path, arm):
     ref = train(model_cfg, tcfg, tmp_path / "ref", progress=False)
     [got] = train_fleet([FleetRun("x", model_cfg, tcfg, tmp_path / "fleet")], workers=0, report=None)
     assert got.step == ref.step == 6
-    assert _max_diff(got.model, ref.model) < 1e-4  # logits at every position change float rounding only
+    assert _max_diff(got.model, ref.model) < 1e-3  # float rounding only (one step fewer: 0.3)
     assert [m["step"] for m in got.metrics] == [m["step"] for m in ref.metrics]
     np.testing.assert_allclose([m["loss"] for m in got.metrics], [m["loss"] for m in ref.metrics], rtol=1e-5)
     np.testing.assert_allclose([m["acc"] for m in got.metrics], [m["acc"] for m in ref.metrics], atol=1e-9)
@@ -57,10 +62,10 @@ def test_a_stopped_fleet_run_resumes_in_train_and_in_a_fleet(tmp_path):
     [half] = train_fleet([FleetRun("x", model_cfg, tcfg, tmp_path / "a")], workers=0, until=3, report=None)
     assert half.step == 3 and resume_step(tmp_path / "a") == 3
     done = train(model_cfg, tcfg, tmp_path / "a", resume="latest", progress=False)
-    assert done.step == 6 and _max_diff(done.model, ref.model) < 1e-4
+    assert done.step == 6 and _max_diff(done.model, ref.model) < 1e-3
     train_fleet([FleetRun("x", model_cfg, tcfg, tmp_path / "b")], workers=0, until=3, report=None)
     [again] = train_fleet([FleetRun("x", model_cfg, tcfg, tmp_path / "b")], workers=0, resume=True, report=None)
-    assert again.step == 6 and _max_diff(again.model, ref.model) < 1e-4
+    assert again.step == 6 and _max_diff(again.model, ref.model) < 1e-3
     steps = [line["step"] for line in map(__import__("json").loads, (tmp_path / "b" / "metrics.jsonl").read_text().splitlines())]
     assert steps == [2, 3, 4, 6]
 

@@ -102,9 +102,10 @@ def block() -> str:
     out += knockout_lines()
     testable = [u for u in rows if u["setting"] != "none" and regime_state(u) is None]
     weak = [k for k, v in said.items() if v.startswith("weak")]
-    out.append(f"Across {len(testable)} compressed unit(s) that can show a phase effect (neither floor nor ceiling "
-               f"everywhere), {len(weak)} show weak phases after Holm's correction" + (f": {', '.join(weak)}." if weak else "."))
-    out.append("\nCommands: each unit file records its own (`command`), with versions and seconds.")
+    result = (f"**Result.** Across {len(testable)} compressed unit(s) that can show a phase effect (neither floor nor "
+              f"ceiling everywhere), {len(weak)} show weak phases after Holm's correction"
+              + (f": {', '.join(weak)}." if weak else "."))
+    out = [result, "", *out, "Commands: each unit file records its own (`command`), with versions and seconds."]
     return "\n".join(out) + "\n"
 
 
