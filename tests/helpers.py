@@ -39,6 +39,21 @@ COMPRESSED_VARIANTS = {
 }
 
 
+def assert_final_path_equals_hooks(backend, batch, units, calib, *, atol: float = 1e-4, clean_atol: float = 1e-5,
+                                   moved: float = 1e-2):
+    """A knockout through the backend's final-position path equals the full-forward (hooks) path on
+    `units`: clean logits to `clean_atol`, knocked-out logits to `atol`, and every unit's edit moves
+    the logits by more than `moved` (so the equality is not that of two no-ops)."""
+    from phaseinterp.interventions import knockout_logits
+
+    c1, fast, m1 = knockout_logits(backend, batch, units, calib, max_rows=24, progress=False)
+    c2, slow, m2 = knockout_logits(backend, batch, units, calib, method="hooks", progress=False)
+    assert (m1, m2) == ("incremental", "hooks")
+    torch.testing.assert_close(c1, c2, atol=clean_atol, rtol=clean_atol)
+    assert (slow - c2[None]).abs().amax((1, 2)).min() > moved  # every unit's edit moves the logits
+    torch.testing.assert_close(fast, slow, atol=atol, rtol=atol)
+
+
 #: Script source that makes a subprocess SIGKILL itself at its k-th journal unit write: "after" the
 #: write, "during" it (half the unit left under its temporary name) or "pause" (sleeps, holding its
 #: --out, until the test kills it). The script defines `mode` and `k` before this text.

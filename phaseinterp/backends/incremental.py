@@ -28,6 +28,25 @@ from phaseinterp.units import check_layers
 KINDS = ("z", "resid_pre")
 
 
+def checked_query_pos(query_pos: Tensor, tokens: Tensor) -> Tensor:
+    """`query_pos` as long on `tokens`' device, after checking it holds one position of `tokens` per row."""
+    T = tokens.shape[1]
+    query_pos = query_pos.to(tokens.device).long()
+    if query_pos.shape != (tokens.shape[0],) or ((query_pos < 0) | (query_pos >= T)).any():
+        raise ValueError(f"query_pos must hold one position in [0, {T - 1}] per row; got {query_pos.tolist()}")
+    return query_pos
+
+
+def final_run_inputs(backend, tokens: Tensor, query_pos: Tensor) -> tuple[Tensor, Tensor]:
+    """(tokens, query_pos) of a final-position run on `backend`, checked; refuses active edits (the run
+    recomputes position t without them)."""
+    if backend.has_hooks():
+        raise ValueError("the final-position path ignores active edits (an enclosing intervene or selecting "
+                         "block): allowed outside them (or method='hooks')")
+    tokens = backend._check_tokens(tokens)
+    return tokens, checked_query_pos(query_pos, tokens)
+
+
 class _Group:
     """Rows sharing one query position t, and what each layer needs to recompute t."""
 

@@ -34,6 +34,7 @@ from torch import Tensor
 from phaseinterp.backends.compressed_final import CompressedPrefix
 from phaseinterp.backends.kv_compression import compressed_layers
 from phaseinterp.units import check_layers
+from phaseinterp.backends.incremental import final_run_inputs
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
 #: decoders (RoPE from `model.model.rotary_emb`, `model.model.norm`, `lm_head` without soft-capping);
@@ -138,17 +139,10 @@ class KVCacheFinalRun:
         if why is not None:
             raise ValueError(f"the final-position KV-cache path is not available on {backend.describe()}: {why} "
                              "(allowed: method='hooks')")
-        if backend.has_hooks():
-            raise ValueError("the final-position path ignores the edits of an enclosing intervene block: allowed "
-                             "outside it (or method='hooks')")
         self.model, cfg = backend.model, backend.cfg
         self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
         self.layers = self.model.model.layers
-        tokens = backend._check_tokens(tokens)
-        T = tokens.shape[1]
-        query_pos = query_pos.to(tokens.device).long()
-        if query_pos.shape != (tokens.shape[0],) or ((query_pos < 0) | (query_pos >= T)).any():
-            raise ValueError(f"query_pos must hold one position in [0, {T - 1}] per row; got {query_pos.tolist()}")
+        tokens, query_pos = final_run_inputs(backend, tokens, query_pos)
         self.tokens, self.query_pos = tokens, query_pos
         self._base_run()
 

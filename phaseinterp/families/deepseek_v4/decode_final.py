@@ -24,6 +24,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.units import check_layers
+from phaseinterp.backends.incremental import final_run_inputs
 
 
 def decode_fallback(model: Any) -> str | None:
@@ -86,17 +87,10 @@ class DecodeFinalRun:
 
     def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"],
                  head_module: Callable[[int], torch.nn.Module]) -> None:
-        if backend.has_hooks():
-            raise ValueError("the final-position path ignores the edits of an enclosing intervene block: allowed "
-                             "outside it (or method='hooks')")
         self.model, cfg = backend.model, backend.cfg
         self.n_heads, self.d_head, self.n_layers = cfg.n_heads, cfg.d_head, cfg.n_layers
         self.head_module = head_module
-        tokens = backend._check_tokens(tokens)
-        T = tokens.shape[1]
-        query_pos = query_pos.to(tokens.device).long()
-        if query_pos.shape != (tokens.shape[0],) or ((query_pos < 0) | (query_pos >= T)).any():
-            raise ValueError(f"query_pos must hold one position in [0, {T - 1}] per row; got {query_pos.tolist()}")
+        tokens, query_pos = final_run_inputs(backend, tokens, query_pos)
         self.tokens, self.query_pos = tokens, query_pos
         self.groups = []
         logits, z = None, [None] * self.n_layers

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from phaseinterp.families.dsa.indexer import _rope, visible
 from phaseinterp.units import check_layers
+from phaseinterp.backends.incremental import final_run_inputs
 
 
 def dsa_final_fallback(backend: Any) -> str | None:
@@ -77,17 +78,11 @@ class DSAFinalRun:
         if why is not None:
             raise ValueError(f"the DSA final-position path is not available on {backend.describe()}: {why} "
                              "(allowed: method='hooks')")
-        if backend.has_hooks():
-            raise ValueError("the final-position path ignores active edits (an enclosing intervene or selecting "
-                             "block): allowed outside them (or method='hooks')")
         self.model, cfg = backend.model, backend.cfg
         self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
         self.layers = list(self.model.model.layers)
-        tokens = backend._check_tokens(tokens)
+        tokens, query_pos = final_run_inputs(backend, tokens, query_pos)
         T = tokens.shape[1]
-        query_pos = query_pos.to(tokens.device).long()
-        if query_pos.shape != (tokens.shape[0],) or ((query_pos < 0) | (query_pos >= T)).any():
-            raise ValueError(f"query_pos must hold one position in [0, {T - 1}] per row; got {query_pos.tolist()}")
         self.tokens, self.query_pos, self.T = tokens, query_pos, T
         #: the full layer whose selection each layer uses (itself, or the full layer below a shared one)
         self.selector = []

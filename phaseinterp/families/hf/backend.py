@@ -21,6 +21,7 @@ from torch import Tensor
 from phaseinterp.backends.base import Backend, Site, input_head_site
 from phaseinterp.backends.kv_cache import KVCacheFinalRun, kv_cache_fallback
 from phaseinterp.backends.units import BackendConfig
+from phaseinterp.backends.incremental import checked_query_pos
 
 LAYER_PATHS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention")
@@ -100,9 +101,7 @@ class HFMixin:
         if chunk is None or self._active or fwd_hooks or grad or tokens.shape[1] <= chunk:
             return super().final_logits(tokens, query_pos, fwd_hooks, grad=grad)
         tokens = self._check_tokens(tokens)
-        if query_pos.shape != (tokens.shape[0],) or (query_pos < 0).any() or (query_pos >= tokens.shape[1]).any():
-            raise ValueError(f"query_pos must hold one position in [0, {tokens.shape[1] - 1}] per row")
-        return chunked_final_logits(self.model, tokens, query_pos.to(tokens.device), chunk)
+        return chunked_final_logits(self.model, tokens, checked_query_pos(query_pos, tokens), chunk)
 
     @staticmethod
     def _check_chunk(prefill_chunk: int | None) -> int | None:

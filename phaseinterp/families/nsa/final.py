@@ -21,6 +21,7 @@ from torch import Tensor
 
 from phaseinterp.backends.tl_hooks import has_hooks, model_device
 from phaseinterp.units import check_layers
+from phaseinterp.backends.incremental import checked_query_pos
 
 
 class NSAFinalRun:
@@ -43,10 +44,8 @@ class NSAFinalRun:
                              "ignored when position t is recomputed); remove them or use method='hooks'")
         self.model, c = model, model.cfg
         dev = model_device(model)
-        self.tokens, self.query_pos = tokens.to(dev), query_pos.to(dev).long()
-        T = tokens.shape[1]
-        if self.query_pos.shape != (tokens.shape[0],) or ((self.query_pos < 0) | (self.query_pos >= T)).any():
-            raise ValueError(f"query_pos must hold one position in [0, {T - 1}] per row; got {query_pos.tolist()}")
+        self.tokens = tokens.to(dev)
+        self.query_pos = checked_query_pos(query_pos, self.tokens)
         self.n_heads, self.d_head = c.n_heads, c.d_head
         self.groups = [(int(t), (self.query_pos == t).nonzero()[:, 0]) for t in torch.unique(self.query_pos).tolist()]
         self.store: list[list[dict[str, Tensor]]] = [[{} for _ in model.blocks] for _ in self.groups]
