@@ -14,6 +14,10 @@ the query positions only, no cache), time and peak memory (peak bytes of live te
   500 tokens, the longest induction prompt of distinct tokens its 512-token vocabulary allows (the
   decode path, `families.deepseek_v4.decode_final`);
 
+(e) a tiny random DeepSeek-V3.2 (DSA: 4 layers, `families.dsa.tiny_dsa_spec`, 512-token vocabulary,
+  index_topk 64) at 500 tokens (the DSA final-position path, `families.dsa.final`: the indexer's keys
+  of the prefix kept);
+
 and (d) the forward of one SmolLM2 attention layer (layer 0's weights) with and without W8/S8
 compression at 256 and 1,024 tokens. Each timed run follows its own clean forward; a time ratio is
 the median of those paired ratios over `--repeats` interleaved rounds (stable when other processes
@@ -136,6 +140,8 @@ def main() -> None:
     parser.add_argument("--compressed-seq-len", type=int, nargs="*", default=[256, 1024])
     parser.add_argument("--v4-seq-len", type=int, nargs="*", default=[500],
                         help="induction prompts need distinct token ids: 500 is the longest the tiny vocab (512) allows")
+    parser.add_argument("--dsa-seq-len", type=int, nargs="*", default=[500],
+                        help="induction prompts of distinct tokens: 500 is the longest a 512-token vocab allows")
     parser.add_argument("--layer-seq-len", type=int, nargs="*", default=[256, 1024])
     parser.add_argument("--layer-rows", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
@@ -182,6 +188,16 @@ def main() -> None:
                 induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=2)
             rows.append(map_vs_clean("(c) tiny DeepSeek-V4 (sliding, CSA, HCA, CSA)", backend_for(v4), v4, batch, calib,
                                      args))
+            save()
+    if args.dsa_seq_len:
+        from phaseinterp.families.dsa import tiny_dsa_spec
+
+        dsa = tiny_dsa_spec(512, n_layers=4, index_topk=64, n_ctx=max(args.dsa_seq_len)).build(seed=0).hf.eval()
+        for T in args.dsa_seq_len:
+            batch, calib = induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=1), \
+                induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=2)
+            rows.append(map_vs_clean("(e) tiny DeepSeek-V3.2 DSA (4 layers, index_topk 64)", backend_for(dsa), dsa,
+                                     batch, calib, args))
             save()
     save()
 

@@ -1,0 +1,39 @@
+"""The cost sentences of docs/interventions.md are the benchmark result files' numbers: a rerun that
+moves a ratio fails here until the page says the new one."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _rows(name: str) -> dict[tuple[str, int], dict]:
+    rows = json.loads((RESULTS / name).read_text())["rows"]
+    return {(r["case"][:3], r["seq_len"]): r for r in rows}
+
+
+@pytest.mark.parametrize("name, sentences", [
+    ("compressed_maps.json", [
+        ("plain SmolLM2 {a128t}x / {a256t}x time", {"a128t": ("(a)", 128, "time"), "a256t": ("(a)", 256, "time")}),
+        ("{a128m}x / {a256m}x memory", {"a128m": ("(a)", 128, "memory"), "a256m": ("(a)", 256, "memory")}),
+        ("{b256t}x / {b1024t}x time and {b256m}x / {b1024m}x memory", {
+            "b256t": ("(b)", 256, "time"), "b1024t": ("(b)", 1024, "time"), "b256m": ("(b)", 256, "memory"),
+            "b1024m": ("(b)", 1024, "memory")}),
+        ("DeepSeek-V4 at 500 tokens {ct}x time, {cm}x memory", {"ct": ("(c)", 500, "time"), "cm": ("(c)", 500, "memory")}),
+    ]),
+    ("dsa_maps.json", [("DSA, 4 layers, `index_topk` 64) at 500 tokens {t}x time, {m}x memory",
+                        {"t": ("(e)", 500, "time"), "m": ("(e)", 500, "memory")})]),
+])
+def test_the_cost_sentences_are_the_result_files_numbers(name, sentences):
+    page = " ".join((ROOT / "docs" / "interventions.md").read_text().split())
+    rows = _rows(name)
+
+    def fmt(case, T, what):
+        return f"{rows[(case, T)][f'{what}_ratio']:.2f}"
+
+    for template, fields in sentences:
+        want = template.format(**{k: fmt(*v) for k, v in fields.items()})
+        assert want in page, f"docs/interventions.md does not say {want!r} ({name})"
