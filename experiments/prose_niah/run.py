@@ -10,10 +10,14 @@ W8/S8 mean, 64-token local window, 4-token sink, 1k tokens), which says nothing 
 model first gets a regime: which layers are compressed. Candidates (`CANDIDATES`, most compressed first)
 run under W8/S8 mean with a 64-token local window and a 4-token sink at `--length` tokens, `--n` prompts
 per residue mod 8 (the value's first token at the residue). The regime is the first candidate whose mean
-accuracy lies in [0.25, 0.75]; if none does, the candidate whose mean is nearest 0.5 (the page says so).
+accuracy lies in [0.25, 0.75]; if none does, the candidate whose mean is nearest 0.5, the least compressed
+of ties (the page says so).
 Every setting of the grid (rules, W16/S8, the presses at `BUDGET` chunks) then uses that regime.
 (Amended once, before any grid unit ran: the first SmolLM2 pass jumped from 0.0 with layers 15-29 to
-0.875 with 22-29, so 18-29 and 20-29 were added between them.)
+0.875 with 22-29, so 18-29 and 20-29 were added between them. Gemma 3 270M's first pass had only "all"
+and "global" (its 3 global layers), both 0.0 while the uncompressed model scored 1.0, so pairs and single
+global layers were added after them, and ties of "nearest 0.5" go to the least compressed candidate
+(every Gemma candidate scored 0.0 or 1.0), before any Gemma grid unit ran.)
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
@@ -43,13 +47,14 @@ LOCAL, SINK, BUDGET = 64, 4, 4
 #: compressed layers of each regime candidate, most compressed first ("global": Gemma 3's global layers)
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "smollm2": ("0-29", "15-29", "18-29", "20-29", "22-29", "26-29", "28-29", "29-29"),
-    "gemma3-270m": ("all", "global"),
+    "gemma3-270m": ("all", "global", "11,17", "5,17", "5,11", "17", "11", "5"),
 }
 LOW, HIGH = 0.25, 0.75
 
 
 def layers_of(model: Any, spec: str) -> tuple[int, ...]:
-    """The layer indices of a candidate: "A-B" (inclusive), "all" or "global" (Gemma 3)."""
+    """The layer indices of a candidate: "A-B" (inclusive), "A,B,..." (a list; "A" alone: one layer),
+    "all" or "global" (Gemma 3)."""
     n = model.config.num_hidden_layers
     if spec == "all":
         return tuple(range(n))
@@ -57,10 +62,12 @@ def layers_of(model: Any, spec: str) -> tuple[int, ...]:
         from phaseinterp.families.gemma3.attention import global_layers
 
         return tuple(global_layers(model))
-    a, _, b = spec.partition("-")
-    if not (a.isdigit() and b.isdigit() and 0 <= int(a) <= int(b) < n):
-        raise ValueError(f"layers={spec!r} is invalid: allowed 'A-B' with 0 <= A <= B < {n}, 'all' or 'global'")
-    return tuple(range(int(a), int(b) + 1))
+    a, dash, b = spec.partition("-")
+    items = [a, b] if dash else spec.split(",")
+    if not all(x.isdigit() and int(x) < n for x in items) or (dash and int(a) > int(b)):
+        raise ValueError(f"layers={spec!r} is invalid: allowed 'A-B' with 0 <= A <= B < {n}, 'A,B,...' with "
+                         f"each below {n}, 'all' or 'global'")
+    return tuple(range(int(a), int(b) + 1)) if dash else tuple(sorted({int(x) for x in items}))
 
 
 def setting(name: str, layers: tuple[int, ...]) -> Any:
@@ -178,14 +185,16 @@ def choose_regime(rows: list[tuple[str, float]]) -> tuple[str, str]:
         ('15-29', 'first candidate with mean in [0.25, 0.75]')
         >>> choose_regime([("0-29", 0.0), ("15-29", 0.9)])[0]
         '15-29'
+        >>> choose_regime([("all", 0.0), ("11", 0.0), ("17", 1.0)])[0]  # a cliff: the least compressed of ties
+        '17'
     """
     if not rows:
         raise ValueError("rows=[] is invalid: the regime rule needs the scan's candidates")
     for layers, mean in rows:
         if LOW <= mean <= HIGH:
             return layers, f"first candidate with mean in [{LOW}, {HIGH}]"
-    layers = min(rows, key=lambda r: abs(r[1] - 0.5))[0]
-    return layers, f"no candidate in [{LOW}, {HIGH}]: the one nearest 0.5"
+    layers = min(reversed(rows), key=lambda r: abs(r[1] - 0.5))[0]
+    return layers, f"no candidate in [{LOW}, {HIGH}]: the one nearest 0.5, the least compressed of ties"
 
 
 def main(argv: list[str] | None = None) -> None:

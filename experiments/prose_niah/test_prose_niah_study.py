@@ -26,6 +26,10 @@ def test_settings_parse_to_the_library_objects_and_bad_names_are_refused():
     assert run.layers_of(model, "2-3") == (2, 3) and run.layers_of(model, "all") == (0, 1, 2, 3)
     with pytest.raises(ValueError, match=r"layers='2-4' is invalid: allowed 'A-B' with 0 <= A <= B < 4"):
         run.layers_of(model, "2-4")
+    assert run.layers_of(model, "3,1") == (1, 3) and run.layers_of(model, "2") == (2,)
+    for bad in ("1,4", "3-1", "1;2"):
+        with pytest.raises(ValueError, match=rf"layers='{bad}' is invalid"):
+            run.layers_of(model, bad)
 
 
 def test_a_unit_equals_a_direct_sweep_and_is_read_back_not_rerun(llama_dir, tokenizer_dir, haystack, tmp_path,  # noqa: F811
