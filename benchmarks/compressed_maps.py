@@ -162,8 +162,8 @@ def main() -> None:
                   "target": {"map_time_ratio": 1.5, "map_memory_ratio": 1.3, "layer_ratio": 1.0}, "rows": rows}
         write_atomic(Path(args.out), json.dumps(result, indent=2))
 
-    batches = lambda T: (induction_final_batch(args.n_per_residue, T, args.modulus, seed=1),  # noqa: E731
-                         induction_final_batch(args.n_per_residue, T, args.modulus, seed=2))
+    batches = lambda T, **kw: (induction_final_batch(args.n_per_residue, T, args.modulus, seed=1, **kw),  # noqa: E731
+                               induction_final_batch(args.n_per_residue, T, args.modulus, seed=2, **kw))
     if args.plain_seq_len or args.compressed_seq_len or args.layer_seq_len:
         from phaseinterp.backends.smollm2 import load_smollm2, smollm2_backend
 
@@ -184,20 +184,16 @@ def main() -> None:
 
         v4 = tiny_deepseek_v4(seed=0)
         for T in args.v4_seq_len:
-            batch, calib = induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=1), \
-                induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=2)
-            rows.append(map_vs_clean("(c) tiny DeepSeek-V4 (sliding, CSA, HCA, CSA)", backend_for(v4), v4, batch, calib,
-                                     args))
+            rows.append(map_vs_clean("(c) tiny DeepSeek-V4 (sliding, CSA, HCA, CSA)", backend_for(v4), v4,
+                                     *batches(T, vocab=(4, 512)), args))
             save()
     if args.dsa_seq_len:
         from phaseinterp.families.dsa import tiny_dsa_spec
 
         dsa = tiny_dsa_spec(512, n_layers=4, index_topk=64, n_ctx=max(args.dsa_seq_len)).build(seed=0).hf.eval()
         for T in args.dsa_seq_len:
-            batch, calib = induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=1), \
-                induction_final_batch(args.n_per_residue, T, args.modulus, vocab=(4, 512), seed=2)
             rows.append(map_vs_clean("(e) tiny DeepSeek-V3.2 DSA (4 layers, index_topk 64)", backend_for(dsa), dsa,
-                                     batch, calib, args))
+                                     *batches(T, vocab=(4, 512)), args))
             save()
     save()
 

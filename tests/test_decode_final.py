@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from phaseinterp.backends import DeepseekV4Backend
-from phaseinterp.families.deepseek_v4.decode_final import tile_cache
 from phaseinterp.backends.tiny import tiny_deepseek_v4
+from phaseinterp.families.deepseek_v4.decode_final import tile_cache
 from phaseinterp.interventions import Pairing, activation_patching, head_units, knockout_logits, knockout_map
 from phaseinterp.tasks import RecordLookup
 from tests.helpers import assert_final_path_equals_hooks

@@ -32,9 +32,9 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.backends.compressed_final import CompressedPrefix
+from phaseinterp.backends.incremental import final_run_inputs
 from phaseinterp.backends.kv_compression import compressed_layers
 from phaseinterp.units import check_layers
-from phaseinterp.backends.incremental import final_run_inputs
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
 #: decoders (RoPE from `model.model.rotary_emb`, `model.model.norm`, `lm_head` without soft-capping);

@@ -23,8 +23,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from phaseinterp.units import check_layers
 from phaseinterp.backends.incremental import final_run_inputs
+from phaseinterp.units import check_layers
 
 
 def decode_fallback(model: Any) -> str | None:

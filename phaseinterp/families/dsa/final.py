@@ -29,9 +29,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.incremental import final_run_inputs
 from phaseinterp.families.dsa.indexer import _rope, visible
 from phaseinterp.units import check_layers
-from phaseinterp.backends.incremental import final_run_inputs
 
 
 def dsa_final_fallback(backend: Any) -> str | None:

@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from phaseinterp.backends.base import Backend, Site, input_head_site
+from phaseinterp.backends.incremental import checked_query_pos
 from phaseinterp.backends.kv_cache import KVCacheFinalRun, kv_cache_fallback
 from phaseinterp.backends.units import BackendConfig
-from phaseinterp.backends.incremental import checked_query_pos
 
 LAYER_PATHS = ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "transformer.layers")
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention")

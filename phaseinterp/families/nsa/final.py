@@ -19,9 +19,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.incremental import checked_query_pos
 from phaseinterp.backends.tl_hooks import has_hooks, model_device
 from phaseinterp.units import check_layers
-from phaseinterp.backends.incremental import checked_query_pos
 
 
 class NSAFinalRun:
