@@ -41,9 +41,10 @@ def _layer_inputs(model, tokens, layer):
 
 
 def _reference(attn, x, pe, press):
-    """Plain loops: per row, KV head and query, the group-averaged softmax scores, the kept set,
-    then one masked softmax per query head. Returns (attention output before o_proj [b, T, H, d],
-    keep [b, K, T, T])."""
+    """Plain loops: per row, KV head and query, the group-averaged softmax scores over the keys it
+    sees (t - sliding_window + 1 .. t on a sliding layer), the kept set, then one masked softmax per
+    query head. Returns (attention output before o_proj [b, T, H, d], keep [b, K, T, T])."""
+    window = getattr(attn, "sliding_window", None)
     b, n = x.shape[:2]
     d = attn.head_dim
     q = attn.q_norm(attn.q_proj(x).view(b, n, -1, d)).transpose(1, 2)
@@ -59,15 +60,16 @@ def _reference(attn, x, pe, press):
         for g in range(K):
             heads = range(g * G, (g + 1) * G)
             for t in range(n):
-                probs = [torch.softmax((q[r, h, t] @ k[r, g, : t + 1].T) * attn.scaling, -1) for h in heads]
-                s = torch.stack(probs).mean(0)  # [t + 1]
-                cands = [i for i in range(t + 1) if i < t - L + 1 and i >= sink]
-                kept = {i for i in range(t + 1) if i < sink or i > t - L}
+                first = 0 if window is None else max(0, t - window + 1)
+                probs = [torch.softmax((q[r, h, t] @ k[r, g, first: t + 1].T) * attn.scaling, -1) for h in heads]
+                s = torch.cat([torch.zeros(first), torch.stack(probs).mean(0)])  # [t + 1]
+                cands = [i for i in range(first, t + 1) if i < t - L + 1 and i >= sink]
+                kept = {i for i in range(first, t + 1) if i < sink or i > t - L}
                 if press.kind == "token":
                     ranked = sorted(cands, key=lambda i: -float(s[i]))
                     kept |= set(ranked[: press.budget * S])
                 else:
-                    chunks = [j for j in range(n // S) if j * S + S - 1 < t - L + 1]
+                    chunks = [j for j in range(n // S) if j * S + S - 1 < t - L + 1 and j * S >= first]
                     score = {j: sum(float(s[i]) for i in range(j * S, j * S + S) if i in cands) for j in chunks}
                     for j in sorted(chunks, key=lambda j: -score[j])[: press.budget]:
                         kept |= set(range(j * S, j * S + S))
@@ -87,16 +89,29 @@ def _capture(model, layer, names):
     return got, handles
 
 
+@pytest.fixture(scope="module")
+def gemma():
+    """Tiny random Gemma 3: 8-token sliding window on layers 0, 1, 3, 4; global layers 2 and 5."""
+    from phaseinterp.families.gemma3 import tiny_gemma3
+
+    return tiny_gemma3(seed=0, sliding_window=8)
+
+
 @pytest.mark.parametrize("kind", ["chunk", "token"])
-def test_equals_the_plain_reference(model, tokens, kind):
-    press = SelectionPress(kind, chunk=4, budget=2, local=5, sink=2, layers=(1,))
-    x, pe = _layer_inputs(model, tokens, 1)
-    original = model.model.layers[1].self_attn
+@pytest.mark.parametrize("which, layer", [("qwen3", 1), ("gemma3", 2), ("gemma3", 1)])
+def test_equals_the_plain_reference(model, gemma, tokens, kind, which, layer):
+    """Qwen3, Gemma 3's global layer 2 (QK-norm, its own scaling and RoPE) and its sliding layer 1
+    (window 8 < T: the window cuts scores, candidates, sink and local window)."""
+    model = model if which == "qwen3" else gemma
+    tokens = tokens % model.config.vocab_size
+    press = SelectionPress(kind, chunk=4, budget=2, local=5, sink=2, layers=(layer,))
+    x, pe = _layer_inputs(model, tokens, layer)
+    original = model.model.layers[layer].self_attn
     with torch.no_grad():
         z_ref, keep_ref = _reference(original, x, pe, press)
     press_attention(model, press)
     try:
-        got, handles = _capture(model, 1, ["hook_z", "hook_keep"])
+        got, handles = _capture(model, layer, ["hook_z", "hook_keep"])
         with torch.no_grad():
             model(input_ids=tokens, use_cache=False)
         for h in handles:
@@ -112,7 +127,11 @@ def test_equals_the_plain_reference(model, tokens, kind):
 @pytest.mark.parametrize("press", [SelectionPress("token", 4, 100, local=3, sink=1),
                                    SelectionPress("chunk", 1, 100, local=3, sink=1),
                                    SelectionPress("chunk", 8, 1, local=T), SelectionPress("token", 8, 1, local=T)])
-def test_keeping_everything_equals_the_original(model, tokens, press):
+@pytest.mark.parametrize("which", ["qwen3", "gemma3"])
+def test_keeping_everything_equals_the_original(model, gemma, tokens, press, which):
+    """Every visible key kept (Gemma 3: all layers pressed, the sliding ones keep their window)."""
+    model = model if which == "qwen3" else gemma
+    tokens = tokens % model.config.vocab_size
     with torch.no_grad():
         ref = model(input_ids=tokens, use_cache=False).logits
         press_attention(model, press)

@@ -19,6 +19,11 @@ and "global" (its 3 global layers), both 0.0 while the uncompressed model scored
 global layers were added after them, and ties of "nearest 0.5" go to the least compressed candidate
 (every Gemma candidate scored 0.0 or 1.0), before any Gemma grid unit ran.)
 
+The evict rule keeps one token of each W-token window (offset W-1 by default: the positions that are 7 mod 8
+under W8/S8). After SmolLM2's evict-W8S8 unit (n8) scored 1.00 at residue 7 and at most 0.25 elsewhere, one
+prediction was stated before running `evict0-W8S8` (offset 0): if the surviving token is what carries
+retrieval, the strong residue moves from 7 to 0.
+
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
 under runs/prose_niah/ keeps finished minibatches). Accuracy is teacher-forced exact match of every
@@ -71,8 +76,14 @@ def layers_of(model: Any, spec: str) -> tuple[int, ...]:
 
 
 def setting(name: str, layers: tuple[int, ...]) -> Any:
-    """The compression of a setting name: "none", "RULE-WxSy" (`KVCompression`: mean, score, evict) or
-    "chunk-Sy" / "token-Sy" (`SelectionPress` at `BUDGET` chunks), all with the regime's layers."""
+    """The compression of a setting name: "none", "RULE-WxSy" (`KVCompression`: mean, score, evict
+    keeping offset W-1, or evictK keeping offset K) or "chunk-Sy" / "token-Sy" (`SelectionPress` at
+    `BUDGET` chunks), all with the regime's layers.
+
+    Example:
+        >>> setting("evict0-W8S8", (20,)).name, setting("evict-W8S8", (20,)).kept_offset
+        ('W8/S8 evict0@post L64 sink4', 7)
+    """
     from phaseinterp.backends.kv_compression import KVCompression
     from phaseinterp.backends.presses import SelectionPress
 
@@ -82,10 +93,13 @@ def setting(name: str, layers: tuple[int, ...]) -> Any:
     if kind in ("chunk", "token") and geometry[:1] == "S" and geometry[1:].isdigit():
         return SelectionPress(kind, int(geometry[1:]), BUDGET, local=LOCAL, sink=SINK, layers=layers)
     w, _, s = geometry[1:].partition("S")
-    if kind in ("mean", "score", "evict") and geometry[:1] == "W" and w.isdigit() and s.isdigit():
-        return KVCompression(int(w), int(s), kind, local=LOCAL, sink=SINK, layers=layers)
-    raise ValueError(f"setting={name!r} is invalid: allowed 'none', 'RULE-WxSy' (RULE mean, score or evict) "
-                     "or 'chunk-Sy' / 'token-Sy'")
+    offset = kind[5:] if kind.startswith("evict") else ""
+    rule = "evict" if offset.isdigit() else kind
+    if rule in ("mean", "score", "evict") and geometry[:1] == "W" and w.isdigit() and s.isdigit():
+        return KVCompression(int(w), int(s), rule, local=LOCAL, sink=SINK, layers=layers,
+                             offset=int(offset) if offset else None)
+    raise ValueError(f"setting={name!r} is invalid: allowed 'none', 'RULE-WxSy' (RULE mean, score, evict, or "
+                     "evictK: evict keeping offset K of each window) or 'chunk-Sy' / 'token-Sy'")
 
 
 def load(name: str) -> tuple[Any, str]:

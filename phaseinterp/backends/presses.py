@@ -1,5 +1,5 @@
 """Training-free selection presses (ChunkKV-like chunk selection, SnapKV-like token selection) for a
-pretrained Llama-family model (SmolLM2, Llama, Qwen2/3), beside the pooling compression of
+pretrained Llama-family model (SmolLM2, Llama, Qwen2/3) or Gemma 3, beside the pooling compression of
 `kv_compression`.
 
 `press_attention(model, SelectionPress(...))` replaces the attention of chosen layers by
@@ -17,6 +17,9 @@ one). For each query position t and each KV head g, with G the query heads readi
 - `kind="token"`: the `budget * S` best single candidate tokens (fewer when fewer exist);
 - kept set: selected ∪ sink (positions 0..sink-1, i <= t) ∪ local window (t-local+1 .. t). The query
   attends, in one softmax per query head, over its KV head's kept set only.
+- sliding-window layers (Gemma 3's local layers, window w): query t sees keys t-w+1 .. t only, so
+  scores, candidates (chunks wholly inside), sink and local window are all cut to that range; with
+  everything visible kept, the layer is the original sliding layer.
 
 Ties are broken by `torch.topk`. Each query selects from its own past, so one full-sequence forward
 equals decoding with such a cache (causal, tested). With every candidate kept (budget large enough,
@@ -93,14 +96,16 @@ class SelectionPress:
         return {**asdict(self), "layers": None if self.layers is None else list(self.layers)}
 
 
-def kept_keys(press: SelectionPress, scores: Float[Tensor, "batch kv_head pos key"]) -> Bool[Tensor, "batch kv_head pos key"]:
+def kept_keys(press: SelectionPress, scores: Float[Tensor, "batch kv_head pos key"],
+              window: int | None = None) -> Bool[Tensor, "batch kv_head pos key"]:
     """The kept set of each query (module docstring) from the group-averaged attention `scores`
-    (zero on future keys)."""
+    (zero on future keys and, with a sliding `window`, on keys before t - window + 1)."""
     b, K, T, _ = scores.shape
     dev = scores.device
     t, i = torch.arange(T, device=dev)[:, None], torch.arange(T, device=dev)[None]
+    first = t - window + 1 if window is not None else torch.zeros_like(t)  # the oldest key query t sees
     recent = i > t - press.local  # inside the local window (or future, masked below)
-    candidate = ~recent & (i >= press.sink)
+    candidate = ~recent & (i >= press.sink) & (i >= first)
     s = scores.masked_fill(~candidate, 0.0)
     S = press.chunk
     if press.kind == "token":
@@ -110,7 +115,8 @@ def kept_keys(press: SelectionPress, scores: Float[Tensor, "batch kv_head pos ke
     else:
         n = T // S  # complete chunks only
         starts = torch.arange(n, device=dev) * S
-        valid = (starts[None] + S - 1 < t - press.local + 1)  # [pos, chunk]: wholly older than the window
+        # [pos, chunk]: wholly older than the local window, wholly inside the sliding one
+        valid = (starts[None] + S - 1 < t - press.local + 1) & (starts[None] >= first)
         k = min(press.budget, n)
         ranked = s[..., : n * S].unflatten(-1, (n, S)).sum(-1).masked_fill(~valid, float("-inf"))
     chosen = torch.zeros_like(ranked, dtype=torch.bool)
@@ -119,15 +125,16 @@ def kept_keys(press: SelectionPress, scores: Float[Tensor, "batch kv_head pos ke
     chosen &= valid  # fewer candidates than k: the -inf ones picked to fill are dropped
     if press.kind == "chunk":
         chosen = torch.nn.functional.pad(chosen.repeat_interleave(S, dim=-1), (0, T - chosen.shape[-1] * S))
-    sink = (i < press.sink) & (i <= t)
-    return chosen | sink | (recent & (i <= t))
+    seen = (i <= t) & (i >= first)
+    return chosen | (seen & ((i < press.sink) | recent))
 
 
 class PressedLlamaAttention(nn.Module):
-    """Drop-in replacement of a Llama-family attention module that keeps, per query and KV head,
-    the set a `SelectionPress` selects (module docstring). Shares `q_proj`, `k_proj`, `v_proj`,
-    `o_proj` (and `q_norm`, `k_norm`) with the module it replaces; keeps the original for
-    `restore_presses`. Full-sequence forwards only: decoding from a KV cache raises."""
+    """Drop-in replacement of a Llama-family or Gemma 3 attention module that keeps, per query and
+    KV head, the set a `SelectionPress` selects (module docstring). Shares `q_proj`, `k_proj`,
+    `v_proj`, `o_proj` (and `q_norm`, `k_norm`, `scaling`, the sliding window) with the module it
+    replaces; keeps the original for `restore_presses`. Full-sequence forwards only: decoding from
+    a KV cache raises."""
 
     def __init__(self, original: nn.Module, press: SelectionPress) -> None:
         super().__init__()
@@ -138,6 +145,8 @@ class PressedLlamaAttention(nn.Module):
         self.group = original.num_key_value_groups
         self.scaling = original.scaling
         self.layer_idx = getattr(original, "layer_idx", None)
+        #: None on a full-attention layer; else query t sees keys t - sliding_window + 1 .. t
+        self.sliding_window = getattr(original, "sliding_window", None)
         self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
         object.__setattr__(self, "original", original)  # not a submodule: parameters appear once
         self.hook_k, self.hook_v, self.hook_keep = HookPoint(), HookPoint(), HookPoint()
@@ -163,12 +172,14 @@ class PressedLlamaAttention(nn.Module):
         k_rot = _rope_heads(k, cos, sin)  # [b, K, T, d]
         K = k_rot.shape[1]
         logits = (q_rot.view(b, K, G, T, d) @ k_rot[:, :, None].transpose(-1, -2)) * self.scaling
-        future = torch.ones(T, T, dtype=torch.bool, device=logits.device).triu(1)
+        hidden = torch.ones(T, T, dtype=torch.bool, device=logits.device).triu(1)
+        if self.sliding_window is not None:
+            hidden |= torch.ones_like(hidden).tril(-self.sliding_window)
         with torch.no_grad():  # the selection is discrete: no gradient flows through it
-            scores = logits.masked_fill(future, float("-inf")).softmax(-1).mean(2)
-            keep = kept_keys(self.press, scores)
+            scores = logits.masked_fill(hidden, float("-inf")).softmax(-1).mean(2)
+            keep = kept_keys(self.press, scores, self.sliding_window)
         keep = self.hook_keep(keep)
-        masked = logits.masked_fill(~(keep[:, :, None] & ~future), float("-inf"))
+        masked = logits.masked_fill(~(keep[:, :, None] & ~hidden), float("-inf"))
         # a query that keeps nothing attends to nothing (zero output), not to NaN
         p = masked.softmax(-1).nan_to_num(0.0)
         p = self.hook_pattern(p.view(b, K * G, T, T))
@@ -199,8 +210,8 @@ def press_attention(model: nn.Module, press: SelectionPress) -> nn.Module:
         ([1], [])
 
     Raises:
-        ValueError: a layer index outside 0..n_layers-1, a model that is not Llama-family, or a
-            layer with a sliding window (Gemma 3, Mistral-style sliding layers).
+        ValueError: a layer index outside 0..n_layers-1, or a model that is neither Llama-family
+            nor Gemma 3.
     """
     layers = _layers(model)
     restore_presses(model)
@@ -210,9 +221,9 @@ def press_attention(model: nn.Module, press: SelectionPress) -> nn.Module:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(layers):
             raise ValueError(f"layer={i!r} is out of range: allowed 0..{len(layers) - 1}")
         attn = layers[i].self_attn
-        if getattr(attn, "sliding_window", None) is not None or type(attn).__name__ == "Gemma3Attention":
+        if not all(hasattr(attn, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "scaling", "head_dim")):
             raise ValueError(f"attention {type(attn).__name__} of layer {i} is invalid: allowed a Llama-family "
-                             "attention without a sliding window (Llama, SmolLM2, Qwen2/3 full-attention layers)")
+                             "(Llama, SmolLM2, Qwen2/3) or Gemma 3 attention")
     for i in chosen:
         layers[i].self_attn = PressedLlamaAttention(layers[i].self_attn, press)
     return model
