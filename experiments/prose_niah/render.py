@@ -99,6 +99,7 @@ def block() -> str:
     for (model, length, anchor), mine in groups.items():
         what = "the needle value's first token" if anchor == "value" else "the question's last token (needle fixed)"
         out += [f"**{model}, {length} tokens, residue of {what}.**", "", *unit_table(mine, said), ""]
+    out += evict_lines(rows)
     out += knockout_lines()
     testable = [u for u in rows if u["setting"] != "none" and regime_state(u) is None]
     weak = [k for k, v in said.items() if v.startswith("weak")]
@@ -107,6 +108,27 @@ def block() -> str:
               + (f": {', '.join(weak)}." if weak else "."))
     out = [result, "", *out, "Commands: each unit file records its own (`command`), with versions and seconds."]
     return "\n".join(out) + "\n"
+
+
+def evict_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The evict rule keeps one token of each window (offset K): the residue where each evict unit scores
+    best, beside K mod the modulus, so the page says whether the strong residue follows the kept offset."""
+    out = []
+    for u in rows:
+        c = u["compression"] or {}
+        if c.get("rule") != "evict":
+            continue
+        offset = c["window"] - 1 if c.get("offset") is None else c["offset"]
+        acc = np.array([np.nan if a is None else a for a in u["curve"]["accuracy"]], dtype=float)
+        best = int(np.nanargmax(acc))
+        rest = np.delete(acc, best)
+        out.append(f"- {u['model']}, {u['length']} tokens, {u['anchor']} anchor, {u['setting']} (keeps offset {offset} of each "
+                   f"W{c['window']} window, n{u['n_per_residue']}): best residue {best} ({acc[best]:.2f}; the others "
+                   f"{np.nanmin(rest):.2f} to {np.nanmax(rest):.2f}); the kept positions are {offset % c['stride']} mod "
+                   f"S = {c['stride']}.")
+    if out:
+        out = ["**Evict keeps one token per window: does the strong residue follow the kept offset?**", "", *out, ""]
+    return out
 
 
 def knockout_lines() -> list[str]:
