@@ -71,6 +71,23 @@ def _map(p, values=None, masked=None, **kw):
                              extras={} if masked is None else {"masked": masked}, **kw)
 
 
+def test_a_residue_seen_in_one_example_has_no_interval_and_no_p_value():
+    """One example at a residue: its bootstrap redraws the same rows every time (a zero-width
+    interval, p = 2/(n+1) for any nonzero change), so the cell is not estimable and stays out of BH;
+    the point change is still reported."""
+    base = np.ones(12, bool)
+    edited = np.zeros((1, 12), bool)
+    residue = np.array([0] * 4 + [1] * 4 + [2] * 4)
+    example = np.array([0] * 4 + [1, 1, 2, 2] + [3, 4, 5, 6])  # residue 0: one example; 1: two; 2: four
+    cells = stats.accuracy_change(base, edited, residue, example, 3, change="absolute", n_boot=400)
+    assert cells.change.tolist() == [[-100.0, -100.0, -100.0]]
+    assert np.isnan([cells.lo[0, 0], cells.hi[0, 0], cells.p[0, 0]]).all()
+    assert np.isfinite(cells.p[0, 1:]).all() and (cells.hi[0, 1:] == -100.0).all()
+    smap = SpecializationMap(cells.change, ("layer", "residue"), {"layer": [0], "residue": [0, 1, 2]},
+                             lo=cells.lo, hi=cells.hi, p=cells.p)
+    assert smap.significant_fdr(0.05).tolist() == [[False, True, True]]
+
+
 def test_bh_matches_a_hand_computation_and_leaves_nan_and_masked_cells_out():
     # family: the 6 finite, unmasked cells. Sorted p 0.001 0.008 0.01 0.03 0.04 0.5, m = 6:
     # m p / rank = 0.006 0.024 0.02 0.045 0.048 0.5 -> running minimum from the top: 0.006 0.02 0.02 0.045 0.048 0.5

@@ -75,8 +75,12 @@ def test_bootstrap_is_seeded_and_exact_on_constant_data():
     assert not np.array_equal(a, cluster_bootstrap(y, g, c, 3, n_boot=50, seed=4))
     assert (a[:, 1] == 1).all()  # both clusters correct at group 1
     assert set(np.unique(a[:, 0])) <= {0.0, 0.5, 1.0}
-    same = cluster_bootstrap(np.ones(6, bool), g, np.zeros(6, np.int64), 3, n_boot=20)
-    assert (same == 1).all()
+    # one cluster per group: every replicate would redraw the same rows, a zero-width interval
+    # whatever the truth, so the group is not estimable (nan); a second cluster makes it estimable
+    one = cluster_bootstrap(np.ones(6, bool), g, np.zeros(6, np.int64), 3, n_boot=20)
+    assert np.isnan(one).all()
+    mixed = cluster_bootstrap(np.ones(6, bool), g, np.array([0, 0, 0, 1, 0, 0]), 3, n_boot=20)
+    assert np.isnan(mixed[:, [0, 2]]).all() and (mixed[:, 1] == 1).all()
     with pytest.raises(ValueError, match=r"n_boot=0 out of range"):
         cluster_bootstrap(y, g, c, 3, n_boot=0)
 

@@ -15,7 +15,7 @@ import numpy as np
 from jaxtyping import Bool, Float, Int
 
 from phaseinterp.interventions.checks import check_at_least_one
-from phaseinterp.measure.intervals import percentile_interval
+from phaseinterp.measure.intervals import MIN_CLUSTERS, percentile_interval
 from phaseinterp.measure.pvalues import bootstrap_p_value
 
 
@@ -64,6 +64,10 @@ def paired_cluster_replicates(clean: Bool[np.ndarray, " row"], edited: Bool[np.n
     "relative", `100 * (acc_edited - acc_clean) / acc_clean` (replicates with clean accuracy 0
     are nan), or "absolute", `100 * (acc_edited - acc_clean)` in points. Intervals
     (`percentile_interval`) and p-values (`measure.pvalues.bootstrap_p_value`) both read these.
+
+    A residue whose rows come from fewer than `MIN_CLUSTERS` logical examples has nan replicates:
+    resampling one example redraws the same rows every time, a zero-width interval and p = 2/(n+1)
+    whatever the effect, so its interval and p-value cannot be estimated (nan, out of any FDR family).
     """
     if change not in CHANGES:
         raise ValueError(f"change={change!r} is invalid: allowed one of {sorted(CHANGES)}")
@@ -80,6 +84,7 @@ def paired_cluster_replicates(clean: Bool[np.ndarray, " row"], edited: Bool[np.n
         acc_c = (m @ Kc) / n
         acc_e = np.einsum("bc,ucr->ubr", m, Ke) / n
     rel = CHANGES[change](acc_c[None], acc_e)  # [unit, boot, modulus]
+    rel[..., (N > 0).sum(0) < MIN_CLUSTERS] = np.nan
     return np.moveaxis(rel, 1, 0)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from beartype import beartype
 from jaxtyping import Bool, Float, Int, jaxtyped
@@ -57,6 +59,10 @@ def wilson_interval(k: Int[np.ndarray, "*shape"], n: Int[np.ndarray, "*shape"], 
     return lo, hi
 
 
+#: clusters (logical examples) a group needs before a bootstrap interval of it is estimable
+MIN_CLUSTERS = 2
+
+
 @jaxtyped(typechecker=beartype)
 def cluster_bootstrap(correct: Bool[np.ndarray, " row"], group: Int[np.ndarray, " row"],
                       cluster: Int[np.ndarray, " row"], n_groups: int, *, n_boot: int = 2000,
@@ -70,7 +76,9 @@ def cluster_bootstrap(correct: Bool[np.ndarray, " row"], group: Int[np.ndarray, 
         A_b(g) = sum_c m[b, c] K[c, g] / sum_c m[b, c] N[c, g]      (nan if the sum is 0).
 
     Whole clusters are resampled, so all residues of one key->value mapping stay together and
-    the within-cluster correlation is kept. Seeded (numpy PCG64 with `seed`).
+    the within-cluster correlation is kept. Seeded (numpy PCG64 with `seed`). A group whose rows
+    come from fewer than `MIN_CLUSTERS` clusters gets nan replicates: redrawing its one cluster
+    gives the same accuracy every time (a zero-width interval), so its interval cannot be estimated.
 
     Args:
         correct: per-row outcome.
@@ -96,14 +104,18 @@ def cluster_bootstrap(correct: Bool[np.ndarray, " row"], group: Int[np.ndarray, 
     N = np.bincount(cells, minlength=C * n_groups).reshape(C, n_groups).astype(np.float64)
     m = np.random.default_rng(seed).multinomial(C, np.full(C, 1.0 / C), size=n_boot).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (m @ K) / (m @ N)
+        reps = (m @ K) / (m @ N)
+    reps[:, (N > 0).sum(0) < MIN_CLUSTERS] = np.nan
+    return reps
 
 
 @jaxtyped(typechecker=beartype)
 def percentile_interval(replicates: Float[np.ndarray, "n_boot *shape"], confidence: float = 0.95  # noqa: F821  (shape string)
                         ) -> tuple[Float[np.ndarray, "*shape"], Float[np.ndarray, "*shape"]]:
     """Percentile bootstrap interval: the (1 - confidence)/2 and (1 + confidence)/2 quantiles
-    of the replicates along axis 0 (nan replicates ignored)."""
+    of the replicates along axis 0 (nan replicates ignored; nan where every replicate is nan)."""
     _check_confidence(confidence)
-    q = np.nanquantile(replicates, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
+    with warnings.catch_warnings():  # an all-nan cell (not estimable) is nan on purpose
+        warnings.simplefilter("ignore", RuntimeWarning)
+        q = np.nanquantile(replicates, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
     return np.asarray(q[0], dtype=np.float64), np.asarray(q[1], dtype=np.float64)

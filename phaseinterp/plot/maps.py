@@ -65,7 +65,9 @@ def map_figure(smap: SpecializationMap, *, clip: float | int | None = None, titl
     text = np.where(~np.isfinite(z), "", np.where(sig, fmt, np.char.add(np.char.add("(", fmt), ")")))
     state = np.where(sig, f"significant, {rule}", f"not significant, {rule}") if rule else np.full(z.shape, "")
     if rule and smap.p is not None:  # the cell's own bootstrap p-value on hover
-        state = np.char.add(state, np.vectorize(lambda p: f"<br>bootstrap p={p:.3g}" if p == p else "")(smap.as_2d(smap.p)))
+        p2 = smap.as_2d(smap.p)
+        shown_p = np.array([f"<br>bootstrap p={p:.3g}" if np.isfinite(p) else "" for p in p2.ravel()]).reshape(p2.shape)
+        state = np.char.add(state, shown_p)
     state = np.where(masked, "masked", state)
     custom = np.stack([z, state], axis=-1).astype(object)
     hover = "%{y} " + x_dim + "=%{x}<br>value=%{customdata[0]:.4g}<br>%{customdata[1]}<extra></extra>"
