@@ -30,6 +30,7 @@ def test_knockout_command_reports_the_planted_owners(checkpoint, tmp_path, capsy
     sig = summary["significance"]
     assert (sig["which"], sig["rule"], sig["cells"], sig["fdr"], sig["uncorrected"]) == ("fdr", "BH-FDR q=0.05", 8, 2, 2)
     assert "note" not in sig and summary["patch_mapping"]["significance"]["rule"] == "BH-FDR q=0.05"
+    assert sig["not_estimable"] == 0 and "note_estimable" not in sig
     assert "not significant, BH-FDR q=0.05" in (out / "knockout_map.html").read_text()
     assert summary["source"]["task"]["from_card"] and summary["source"]["task"]["n_records"] == 6
     assert summary["coverage"] == {"L0.KV0": [0], "L0.KV1": [2]} and summary["uncovered_residues"] == [1, 3]
@@ -65,6 +66,16 @@ def test_self_calibrated_knockout_command_finds_the_same_owners(checkpoint, tmp_
     assert main(["knockout", str(checkpoint), "--n-per-residue", "8", "--self-calibration", "--n-calib", "4",
                  "--out", str(tmp_path / "both")]) == 2
     assert "--n-calib and --self-calibration" in capsys.readouterr().err
+
+
+def test_one_example_per_residue_gives_values_without_intervals_and_says_so(checkpoint, tmp_path, capsys):
+    out = tmp_path / "one"
+    assert main(["knockout", str(checkpoint), "--n-per-residue", "1", "--n-boot", "600", "--out", str(out)]) == 0
+    sig = json.loads((out / "summary.json").read_text())["significance"]
+    smap = SpecializationMap.load(out / "knockout_map.json")
+    estimable = ~smap.masked & (smap.values == smap.values)
+    assert sig["not_estimable"] == int(estimable.sum()) > 0 and sig["fdr"] == sig["uncorrected"] == 0
+    assert "--n-per-residue 2 or more" in capsys.readouterr().out
 
 
 def test_gates_command_reports_statistics_cycling_attribution_and_dynamics(checkpoint, tmp_path):

@@ -167,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
     counts = summary["significance"]
     print(f"  (value): not significant, {rule}; significant cells: {counts['fdr']} of {counts['cells']} at BH-FDR "
           f"q={q:g}, {counts['uncorrected']} with the uncorrected interval")
-    if counts.get("note"):
-        print(f"  note: {counts['note']}")
+    for note in ("note", "note_estimable"):
+        if counts.get(note):
+            print(f"  note: {counts[note]}")
     if smap.meta.get("masked"):
         print(f"  masked: {smap.meta['masked']['reason']} (residues {smap.meta['masked']['residues']})")
     unit = "%" if smap.quantity.startswith("relative") else " pp"
@@ -209,4 +210,10 @@ def _significance_summary(smap, which: str, q: float) -> dict[str, Any]:
         out["note"] = (f"with --n-boot {n_boot} the smallest bootstrap p-value is 2/(n_boot+1) = {2 / (n_boot + 1):.3g}, "
                        f"above q/cells = {q / max(cells, 1):.3g}: a lone effect cannot pass BH-FDR (several strong ones "
                        f"can); --n-boot {need} or more lets one")
+    if smap.p is not None:
+        lone = np.isfinite(smap.values) & ~np.isfinite(smap.p) & ~smap.masked
+        out["not_estimable"] = int(lone.sum())
+        if lone.any():
+            out["note_estimable"] = (f"{int(lone.sum())} cells have a value but no interval or p-value: their residue's rows "
+                                     "come from one example, whose redraws cannot show variability (--n-per-residue 2 or more)")
     return out
