@@ -27,7 +27,7 @@ def units() -> list[dict[str, Any]]:
 
 
 def regimes() -> list[dict[str, Any]]:
-    return [json.loads(f.read_text()) for f in sorted(RESULTS.glob("*/regime.json"))]
+    return [json.loads(f.read_text()) for f in sorted(RESULTS.glob("*/regime*.json"))]
 
 
 def regime_state(u: dict[str, Any]) -> str | None:
@@ -88,7 +88,8 @@ def block() -> str:
     said = verdicts(rows)
     out = []
     for scan in scans:
-        out += [f"**Regime of {scan['model']}** ({scan['length']} tokens, W8/S8 mean, {scan['n_per_residue']} prompt(s) "
+        out += [f"**Regime of {scan['model']}** ({scan['length']} tokens, {scan.get('setting', 'mean-W8S8')}, "
+                f"{scan['n_per_residue']} prompt(s) "
                 f"per residue mod 8; rule: mean in [{LOW}, {HIGH}], most compressed first): layers "
                 f"**{scan['regime']}** ({scan['why']}).", "",
                 "| compressed layers | mean accuracy |", "|---|---|",

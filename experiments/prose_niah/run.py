@@ -19,6 +19,12 @@ and "global" (its 3 global layers), both 0.0 while the uncompressed model scored
 global layers were added after them, and ties of "nearest 0.5" go to the least compressed candidate
 (every Gemma candidate scored 0.0 or 1.0), before any Gemma grid unit ran.)
 
+Presses get a regime of their own. In SmolLM2's mean regime (layers 20-29) both selection presses scored
+1.00 at every residue, which cannot tell whether the chunk grid makes weak phases, so (stated before any
+press scan ran) `scan --scan-setting chunk-S8` runs the same candidates under the chunk press, the same rule
+picks its regime (file regime-chunk-S8.json), and `grid --regime chunk-S8` runs both presses (chunk-S8
+and its token-level control token-S8) there.
+
 The evict rule keeps one token of each W-token window (offset W-1 by default: the positions that are 7 mod 8
 under W8/S8). After SmolLM2's evict-W8S8 unit (n8) scored 1.00 at residue 7 and at most 0.25 elsewhere, one
 prediction was stated before running `evict0-W8S8` (offset 0): if the surviving token is what carries
@@ -55,6 +61,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "gemma3-270m": ("all", "global", "11,17", "5,17", "5,11", "17", "11", "5"),
 }
 LOW, HIGH = 0.25, 0.75
+SCAN = "mean-W8S8"  # the setting a regime scan runs its candidates under, unless --scan-setting says otherwise
 
 
 def layers_of(model: Any, spec: str) -> tuple[int, ...]:
@@ -115,6 +122,11 @@ def load(name: str) -> tuple[Any, str]:
 
         return load_gemma3_270m()[0].eval(), name
     raise ValueError(f"model={name!r} is invalid: allowed {sorted(CANDIDATES)}")
+
+
+def regime_path(model: str, scan_setting: str) -> Path:
+    """The scan's verdict: regime.json for the default scan (W8/S8 mean), regime-SETTING.json for another."""
+    return RESULTS / model / ("regime.json" if scan_setting == SCAN else f"regime-{scan_setting}.json")
 
 
 def unit_path(model: str, length: int, anchor: str, name: str, layers: str, n: int, folder: str = "") -> Path:
@@ -220,7 +232,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", type=int, default=1, help="prompts per residue mod 8")
     p.add_argument("--n-depths", type=int, default=8)
     p.add_argument("--settings", nargs="+", default=["none", "mean-W8S8"])
-    p.add_argument("--layers", help="the regime's layers (default: chosen by the scan's file)")
+    p.add_argument("--layers", help="the regime's layers (default: chosen by the scan's file, see --regime)")
+    p.add_argument("--scan-setting", default=SCAN, help=f"scan: the setting the candidates run under (default {SCAN})")
+    p.add_argument("--regime", default=SCAN, help=f"grid, knockout: whose scan picks the layers (default {SCAN})")
     p.add_argument("--anchor", choices=("value", "question"), default="value")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--n-boot", type=int, default=1000)
@@ -237,15 +251,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "scan":
         rows = []
         for layers in CANDIDATES[args.model]:
-            r = run_unit(model, tok, args, "mean-W8S8", layers, "value", folder="scan")
+            r = run_unit(model, tok, args, args.scan_setting, layers, "value", folder="scan")
             rows.append((layers, r["summary"]["mean"]))
         layers, why = choose_regime(rows)
-        scan = {"model": args.model, "length": args.length, "n_per_residue": args.n, "rows": rows, "regime": layers,
-                "why": why, "rule": "experiments/prose_niah/run.py (module docstring)"}
-        (RESULTS / args.model / "regime.json").write_text(json.dumps(scan, indent=1) + "\n")
-        print(f"regime of {args.model}: layers {layers} ({why})")
+        scan = {"model": args.model, "length": args.length, "n_per_residue": args.n, "setting": args.scan_setting,
+                "rows": rows, "regime": layers, "why": why, "rule": "experiments/prose_niah/run.py (module docstring)"}
+        regime_path(args.model, args.scan_setting).write_text(json.dumps(scan, indent=1) + "\n")
+        print(f"regime of {args.model} under {args.scan_setting}: layers {layers} ({why})")
         return
-    layers = args.layers or json.loads((RESULTS / args.model / "regime.json").read_text())["regime"]
+    layers = args.layers or json.loads(regime_path(args.model, args.regime).read_text())["regime"]
     for name in args.settings:
         if args.what == "knockout":
             run_knockout(model, tok, args, name, layers)
