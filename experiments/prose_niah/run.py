@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
         for layers in CANDIDATES[args.model]:
             r = run_unit(model, tok, args, args.scan_setting, layers, "value", folder="scan")
             rows.append((layers, r["summary"]["mean"]))
+            if LOW <= rows[-1][1] <= HIGH:
+                break  # the rule reads no further than the first candidate in range
         layers, why = choose_regime(rows)
         scan = {"model": args.model, "length": args.length, "n_per_residue": args.n, "setting": args.scan_setting,
                 "rows": rows, "regime": layers, "why": why, "rule": "experiments/prose_niah/run.py (module docstring)"}
