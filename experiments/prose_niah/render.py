@@ -107,6 +107,11 @@ def block() -> str:
     result = (f"**Result.** Across {len(testable)} compressed unit(s) that can show a phase effect (neither floor nor "
               f"ceiling everywhere), {len(weak)} show weak phases after Holm's correction"
               + (f": {', '.join(weak)}." if weak else "."))
+    for anchor, when in (("value", "At prefill (the needle's phase)"), ("question", "At decode time (the question's phase, "
+                                                                                    "needle fixed)")):
+        mine = [u for u in testable if u["anchor"] == anchor]
+        hits = [key(u) for u in mine if said[key(u)].startswith("weak")]
+        result += f" {when}: {len(hits)} of {len(mine)}."
     out = [result, "", *out, "Commands: each unit file records its own (`command`), with versions and seconds."]
     return "\n".join(out) + "\n"
 
