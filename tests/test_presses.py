@@ -253,12 +253,14 @@ def test_bad_layers_and_models(model):
     assert pressed_layers(model) == {}
 
 
-def test_phase_sweep_and_a_kv_head_knockout_run_on_a_pressed_model(model):
+@pytest.mark.parametrize("which", ["qwen3", "gemma3"])
+def test_phase_sweep_and_a_kv_head_knockout_run_on_a_pressed_model(model, gemma, which):
     from phaseinterp.backends import HFCausalLMBackend, backend_for
     from phaseinterp.interventions import knockout_map
     from phaseinterp.measure import phase_sweep
     from phaseinterp.tasks import RecordLookup
 
+    model = model if which == "qwen3" else gemma
     batch = RecordLookup(vocab_size=128, n_records=8, n_demos=1).sample(4, modulus=4)
     press_attention(model, SelectionPress("chunk", 4, 1, local=4, sink=1))
     try:
@@ -274,6 +276,7 @@ def test_phase_sweep_and_a_kv_head_knockout_run_on_a_pressed_model(model):
         by_hand = phase_sweep(rows % 2 == 0, batch, period=4, n_boot=20, n_perm=20, progress=False)
         assert curve.accuracy.tolist() == by_hand.accuracy.tolist() and 0 < curve.accuracy.mean() < 1
         smap = knockout_map(model, batch, level="kv_head", replacement="zero", n_boot=20, progress=False)
-        assert smap.shape == (2, 2, 4) and smap.clean["accuracy"] == curve.accuracy.tolist()
+        n_layers = model.config.num_hidden_layers
+        assert smap.shape == (n_layers, 2, 4) and smap.clean["accuracy"] == curve.accuracy.tolist()
     finally:
         restore_presses(model)
