@@ -147,6 +147,7 @@ def test_resume_takes_the_finished_minibatches_from_the_journal(finished, llama_
     (["--lengths", "8"], "--lengths 8 is invalid: allowed distinct integers >= 16"),
     (["--lengths", "4096"], "--lengths 4096 is out of range: allowed 16..512"),
     (["--compress", "4", "8"], "stride=8 is out of range: allowed 1..window=4"),
+    (["--compress", "4", "4", "--rule", "evict", "--offset", "4"], "offset=4 is invalid: allowed None, or 0..3"),
     (["--layers", "5"], "layer=5 is out of range: allowed 0..1"),
     (["--haystack", "/nonexistent"], "--haystack '/nonexistent' is invalid: allowed a folder of .txt files"),
 ])
@@ -163,6 +164,8 @@ def test_compression_options_need_compress_and_the_choices_match_the_library(tmp
     assert needle_cmd.RULES == kv_compression.RULES and needle_cmd.ANCHORS == kv_compression.ANCHORS
     assert main(["needle", "x", "--local", "8", "--out", str(tmp_path / "o")]) == 2
     assert "allowed only with --compress W S" in capsys.readouterr().err
+    assert main(["needle", "x", "--compress", "4", "4", "--offset", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "--offset 0 sets the kept token of --rule evict: allowed only with --rule evict" in capsys.readouterr().err
     assert main(["needle", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "allowed a HuggingFace causal LM folder" in capsys.readouterr().err
 

@@ -53,6 +53,7 @@ def register(subparsers: Any) -> None:
                    help="also run with training-free chunked compression: window W, stride S (1 <= S <= W)")
     p.add_argument("--rule", choices=RULES, default="mean", help="pooling rule of the compression (default mean)")
     p.add_argument("--anchor", choices=ANCHORS, default="post", help="RoPE anchor of pooled keys (default post)")
+    p.add_argument("--offset", type=int, help="--rule evict: the offset kept of each window, 0..W-1 (default W-1)")
     p.add_argument("--press", choices=PRESSES, help="instead of --compress, a selection press: 'chunk' keeps the --budget "
                    "best --chunk-token grid chunks whole per query (ChunkKV-like), 'token' the budget x chunk best single "
                    "tokens (SnapKV-like)")
@@ -93,6 +94,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--compress and --press {args.press} are exclusive: allowed one of them")
     if args.compress is None and any(getattr(args, k) != d for k, d in (("rule", "mean"), ("anchor", "post"))):
         raise ValueError("--rule and --anchor set the compression: allowed only with --compress W S")
+    if args.offset is not None and args.rule != "evict":
+        raise ValueError(f"--offset {args.offset} sets the kept token of --rule evict: allowed only with --rule evict")
     if args.press is None and any(getattr(args, k) != d for k, d in (("chunk", 8), ("budget", 4))):
         raise ValueError("--chunk and --budget set the press: allowed only with --press chunk|token")
     if args.compress is None and args.press is None and any(
@@ -119,7 +122,8 @@ def compression(args: argparse.Namespace):
 
     w, s = args.compress
     try:
-        return KVCompression(w, s, args.rule, args.anchor, local=args.local, sink=args.sink, layers=layers)
+        return KVCompression(w, s, args.rule, args.anchor, local=args.local, sink=args.sink, layers=layers,
+                             offset=args.offset)
     except ValueError as err:
         raise ValueError(f"--compress {w} {s} --local {args.local} --sink {args.sink}: {err}") from None
 
