@@ -23,7 +23,15 @@ Presses get a regime of their own. In SmolLM2's mean regime (layers 20-29) both 
 1.00 at every residue, which cannot tell whether the chunk grid makes weak phases, so (stated before any
 press scan ran) `scan --scan-setting chunk-S8` runs the same candidates under the chunk press, the same rule
 picks its regime (file regime-chunk-S8.json), and `grid --regime chunk-S8` runs both presses (chunk-S8
-and its token-level control token-S8) there.
+and its token-level control token-S8) there. (Amended after its first two candidates: with all 30 layers
+pressed, and with 15-29, chunk-S8 at 4 chunks scored 1.00, so the layer scan cannot leave the ceiling.
+The press regime then keeps all 30 layers and lowers the budget, most compressed first: `chunk-S8k1`
+(1 chunk of 8, the token control 8 single tokens), then `chunk-S8k2`, by the same rule, each scanned with
+`scan --scan-setting chunk-S8kB --candidates 0-29`; `grid --regime chunk-S8kB --settings chunk-S8kB
+token-S8kB` runs both presses at the chosen budget. Prediction stated before it runs: the value is 4 digit
+tokens, so with 1 chunk kept a value whose first token sits at residue 5, 6 or 7 straddles two chunks and
+cannot be kept whole: the chunk press is weaker there; the token press keeps any 8 tokens and shows no
+phase effect.)
 
 The evict rule keeps one token of each W-token window (offset W-1 by default: the positions that are 7 mod 8
 under W8/S8). After SmolLM2's evict-W8S8 unit (n8) scored 1.00 at residue 7 and at most 0.25 elsewhere, one
@@ -85,7 +93,7 @@ def layers_of(model: Any, spec: str) -> tuple[int, ...]:
 def setting(name: str, layers: tuple[int, ...]) -> Any:
     """The compression of a setting name: "none", "RULE-WxSy" (`KVCompression`: mean, score, evict
     keeping offset W-1, or evictK keeping offset K) or "chunk-Sy" / "token-Sy" (`SelectionPress` at
-    `BUDGET` chunks), all with the regime's layers.
+    `BUDGET` chunks; "chunk-SykB" at B chunks), all with the regime's layers.
 
     Example:
         >>> setting("evict0-W8S8", (20,)).name, setting("evict-W8S8", (20,)).kept_offset
@@ -97,8 +105,9 @@ def setting(name: str, layers: tuple[int, ...]) -> Any:
     if name == "none":
         return None
     kind, _, geometry = name.partition("-")
-    if kind in ("chunk", "token") and geometry[:1] == "S" and geometry[1:].isdigit():
-        return SelectionPress(kind, int(geometry[1:]), BUDGET, local=LOCAL, sink=SINK, layers=layers)
+    chunk, k, budget = geometry[1:].partition("k")
+    if kind in ("chunk", "token") and geometry[:1] == "S" and chunk.isdigit() and (budget.isdigit() or not k):
+        return SelectionPress(kind, int(chunk), int(budget or BUDGET), local=LOCAL, sink=SINK, layers=layers)
     w, _, s = geometry[1:].partition("S")
     offset = kind[5:] if kind.startswith("evict") else ""
     rule = "evict" if offset.isdigit() else kind
@@ -106,7 +115,8 @@ def setting(name: str, layers: tuple[int, ...]) -> Any:
         return KVCompression(int(w), int(s), rule, local=LOCAL, sink=SINK, layers=layers,
                              offset=int(offset) if offset else None)
     raise ValueError(f"setting={name!r} is invalid: allowed 'none', 'RULE-WxSy' (RULE mean, score, evict, or "
-                     "evictK: evict keeping offset K of each window) or 'chunk-Sy' / 'token-Sy'")
+                     "evictK: evict keeping offset K of each window) or 'chunk-Sy' / 'token-Sy' (optionally 'kB': "
+                     f"B chunks kept, default {BUDGET})")
 
 
 def load(name: str) -> tuple[Any, str]:
@@ -234,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--settings", nargs="+", default=["none", "mean-W8S8"])
     p.add_argument("--layers", help="the regime's layers (default: chosen by the scan's file, see --regime)")
     p.add_argument("--scan-setting", default=SCAN, help=f"scan: the setting the candidates run under (default {SCAN})")
+    p.add_argument("--candidates", nargs="+", help="scan: the layer candidates, most compressed first (default: "
+                   "CANDIDATES of the model)")
     p.add_argument("--regime", default=SCAN, help=f"grid, knockout: whose scan picks the layers (default {SCAN})")
     p.add_argument("--anchor", choices=("value", "question"), default="value")
     p.add_argument("--batch-size", type=int, default=8)
@@ -250,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     model, tok = load(args.model)
     if args.what == "scan":
         rows = []
-        for layers in CANDIDATES[args.model]:
+        for layers in args.candidates or CANDIDATES[args.model]:
             r = run_unit(model, tok, args, args.scan_setting, layers, "value", folder="scan")
             rows.append((layers, r["summary"]["mean"]))
             if LOW <= rows[-1][1] <= HIGH:

@@ -20,6 +20,7 @@ def test_settings_parse_to_the_library_objects_and_bad_names_are_refused():
     assert run.setting("none", ()) is None
     assert run.setting("evict-W16S8", (1, 2)) == KVCompression(16, 8, "evict", local=run.LOCAL, sink=run.SINK, layers=(1, 2))
     assert run.setting("evict0-W8S8", (1,)) == KVCompression(8, 8, "evict", local=run.LOCAL, sink=run.SINK, layers=(1,), offset=0)
+    assert run.setting("token-S8k1", (3,)) == SelectionPress("token", 8, 1, local=run.LOCAL, sink=run.SINK, layers=(3,))
     assert run.setting("chunk-S8", (3,)) == SelectionPress("chunk", 8, run.BUDGET, local=run.LOCAL, sink=run.SINK, layers=(3,))
     with pytest.raises(ValueError, match=r"setting='max-W8S8' is invalid: allowed 'none', 'RULE-WxSy'"):
         run.setting("max-W8S8", ())
