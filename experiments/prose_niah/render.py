@@ -147,9 +147,12 @@ def knockout_lines() -> list[str]:
         smap = SpecializationMap.from_dict(r["map"])
         top = smap.top(3)
         cells = ", ".join(f"{row.unit} at r={row.residue} ({row.value:+.1f} pp)" for row in top.itertuples()) if len(top) else "none"
+        significant, which = smap.significance("fdr")
+        estimable = int(smap.fdr_family.sum()) if smap.p is not None else smap.values.size
         out += [f"**KV-head knockout map**, {r['model']} under {r['setting']} (layers {r['layers']}), {r['length']} "
-                f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {r['significant_fdr_cells']} of "
-                f"{smap.values.size} cells significant ({r['which']}); the cells where a knockout lowers accuracy most: {cells}.", ""]
+                f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {int(significant.sum())} of "
+                f"{estimable} estimable cells ({smap.values.size} in all) significant ({which}); the cells where a knockout "
+                f"lowers accuracy most: {cells}.", ""]
     return out
 
 
