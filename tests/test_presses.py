@@ -56,23 +56,40 @@ def _reference(attn, x, pe, press):
     S, L, sink = press.chunk, press.local, press.sink
     z = torch.zeros(b, n, H, d)
     keep = torch.zeros(b, K, n, n, dtype=torch.bool)
+    P = press.prefill
+
+    def visible(t):
+        return range(0 if window is None else max(0, t - window + 1), t + 1)
+
+    def select(t, s):  # dynamic selection of a query at t with scores s over all keys
+        first = visible(t)[0]
+        cands = [i for i in visible(t) if i < t - L + 1 and i >= sink]
+        kept = {i for i in visible(t) if i < sink or i > t - L}
+        if press.kind == "token":
+            kept |= set(sorted(cands, key=lambda i: -float(s[i]))[: press.budget * S])
+        else:
+            chunks = [j for j in range(n // S) if j * S + S - 1 < t - L + 1 and j * S >= first]
+            score = {j: sum(float(s[i]) for i in range(j * S, j * S + S) if i in cands) for j in chunks}
+            for j in sorted(chunks, key=lambda j: -score[j])[: press.budget]:
+                kept |= set(range(j * S, j * S + S))
+        return kept
+
     for r in range(b):
         for g in range(K):
             heads = range(g * G, (g + 1) * G)
+            scores = torch.zeros(n, n)  # [query, key]: group-averaged attention over the keys the query sees
             for t in range(n):
-                first = 0 if window is None else max(0, t - window + 1)
-                probs = [torch.softmax((q[r, h, t] @ k[r, g, first: t + 1].T) * attn.scaling, -1) for h in heads]
-                s = torch.cat([torch.zeros(first), torch.stack(probs).mean(0)])  # [t + 1]
-                cands = [i for i in range(first, t + 1) if i < t - L + 1 and i >= sink]
-                kept = {i for i in range(first, t + 1) if i < sink or i > t - L}
-                if press.kind == "token":
-                    ranked = sorted(cands, key=lambda i: -float(s[i]))
-                    kept |= set(ranked[: press.budget * S])
-                else:
-                    chunks = [j for j in range(n // S) if j * S + S - 1 < t - L + 1 and j * S >= first]
-                    score = {j: sum(float(s[i]) for i in range(j * S, j * S + S) if i in cands) for j in chunks}
-                    for j in sorted(chunks, key=lambda j: -score[j])[: press.budget]:
-                        kept |= set(range(j * S, j * S + S))
+                seen = list(visible(t))
+                probs = [torch.softmax((q[r, h, t] @ k[r, g, seen].T) * attn.scaling, -1) for h in heads]
+                scores[t, seen] = torch.stack(probs).mean(0)
+            for t in range(n):
+                if P is None:
+                    kept = select(t, scores[t])
+                elif t < P:  # static press: the prompt is prefilled with the original attention
+                    kept = set(visible(t))
+                else:  # compressed once at the end of prefill by the question's attention, then decoded
+                    question = scores[max(0, P - press.observe): P].mean(0)
+                    kept = (select(P - 1, question) | set(range(P, t + 1))) & set(visible(t))
                 idx = sorted(kept)
                 keep[r, g, t, idx] = True
                 for h in heads:
@@ -99,12 +116,14 @@ def gemma():
 
 @pytest.mark.parametrize("kind", ["chunk", "token"])
 @pytest.mark.parametrize("which, layer", [("qwen3", 1), ("gemma3", 2), ("gemma3", 1)])
-def test_equals_the_plain_reference(model, gemma, tokens, kind, which, layer):
+@pytest.mark.parametrize("prefill", [None, 30])
+def test_equals_the_plain_reference(model, gemma, tokens, kind, which, layer, prefill):
     """Qwen3, Gemma 3's global layer 2 (QK-norm, its own scaling and RoPE) and its sliding layer 1
-    (window 8 < T: the window cuts scores, candidates, sink and local window)."""
+    (window 8 < T: the window cuts scores, candidates, sink and local window); dynamic selection and
+    a static press (prompt 0..29 prefilled, compressed by the attention of its last 3 queries)."""
     model = model if which == "qwen3" else gemma
     tokens = tokens % model.config.vocab_size
-    press = SelectionPress(kind, chunk=4, budget=2, local=5, sink=2, layers=(layer,))
+    press = SelectionPress(kind, chunk=4, budget=2, local=5, sink=2, layers=(layer,), prefill=prefill, observe=3)
     x, pe = _layer_inputs(model, tokens, layer)
     original = model.model.layers[layer].self_attn
     with torch.no_grad():
@@ -140,6 +159,24 @@ def test_keeping_everything_equals_the_original(model, gemma, tokens, press, whi
         finally:
             restore_presses(model)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["chunk", "token"])
+def test_a_static_press_prefills_with_the_original_attention_and_compresses_what_follows(model, tokens, kind):
+    """kvpress timing: logits of the prompt (positions < prefill) are the original model's, those of
+    the decoded tokens are not (the cache was compressed); a prompt as long as the row changes nothing."""
+    P = 30
+    with torch.no_grad():
+        ref = model(input_ids=tokens, use_cache=False).logits
+        for prefill in (P, T):
+            press_attention(model, SelectionPress(kind, 4, 1, local=3, sink=1, prefill=prefill, observe=4))
+            try:
+                out = model(input_ids=tokens, use_cache=False).logits
+            finally:
+                restore_presses(model)
+            torch.testing.assert_close(out[:, :prefill], ref[:, :prefill], atol=1e-5, rtol=1e-5)
+            if prefill < T:
+                assert (out[:, P:] - ref[:, P:]).abs().amax() > 1e-3
 
 
 @pytest.mark.parametrize("kind", ["chunk", "token"])
@@ -239,6 +276,8 @@ def test_press_undoes_itself_and_decoding_raises(model, tokens):
     (dict(kind="token", chunk=8, budget=2, local=-1), r"local=-1 is invalid: allowed an integer >= 0"),
     (dict(kind="token", chunk=8, budget=2, sink=-2), r"sink=-2 is invalid: allowed an integer >= 0"),
     (dict(kind="token", chunk=True, budget=2), r"chunk=True is invalid"),
+    (dict(kind="chunk", chunk=8, budget=2, prefill=0), r"prefill=0 is invalid: allowed an integer >= 1 \(or None"),
+    (dict(kind="chunk", chunk=8, budget=2, prefill=9, observe=0), r"observe=0 is invalid: allowed an integer >= 1"),
 ])
 def test_bad_press(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -21,6 +21,14 @@ one). For each query position t and each KV head g, with G the query heads readi
   scores, candidates (chunks wholly inside), sink and local window are all cut to that range; with
   everything visible kept, the layer is the original sliding layer.
 
+Two timings. By default (`prefill=None`) every query selects from its own past by its own attention
+(dynamic selection, as Quest-like sparse attention does). A press as kvpress applies it (`prefill=P`,
+static selection, SnapKV / ChunkKV): the prompt is positions 0..P-1 and is prefilled with the original
+attention; at the end of prefill the cache is compressed once, by the attention of the last `observe`
+prompt queries (the question), averaged over them: the kept set is what the rule above keeps for a
+query at P-1 with those scores (selected ∪ sink ∪ local window P-local .. P-1). Every query t >= P
+(a decoded token, teacher-forced) reads that kept set plus the decoded tokens P .. t, exactly.
+
 Ties are broken by `torch.topk`. Each query selects from its own past, so one full-sequence forward
 equals decoding with such a cache (causal, tested). With every candidate kept (budget large enough,
 or local >= T) the layer equals the original attention (tested to 1e-5). A query that keeps nothing
@@ -59,10 +67,15 @@ class SelectionPress:
         chunk: S, tokens per chunk (>= 1). budget: chunks kept (>= 1; tokens: budget * S).
         local: exact local window (>= 0, current token included). sink: first tokens always kept (>= 0).
         layers: layers to press (None: all).
+        prefill: None (dynamic: every query selects) or P >= 1, the prompt length of a static press
+            (module docstring: the cache of positions 0..P-1 is compressed once, queries >= P read it).
+        observe: static press: the last `observe` prompt queries whose attention scores the keys (>= 1).
 
     Example:
         >>> SelectionPress("chunk", 8, 4, local=64, sink=4).name, SelectionPress("token", 8, 4).n_tokens
         ('chunk S8 k4 L64 sink4', 32)
+        >>> SelectionPress("chunk", 8, 1, prefill=1020, observe=16).name
+        'chunk S8 k1 L16 static P1020 obs16'
     """
 
     kind: str
@@ -71,14 +84,18 @@ class SelectionPress:
     local: int = 16
     sink: int = 0
     layers: tuple[int, ...] | None = None
+    prefill: int | None = None
+    observe: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind={self.kind!r} is invalid: allowed {list(KINDS)}")
-        for name, low in (("chunk", 1), ("budget", 1), ("local", 0), ("sink", 0)):
+        lows = (("chunk", 1), ("budget", 1), ("local", 0), ("sink", 0), ("observe", 1))
+        for name, low in lows + ((("prefill", 1),) if self.prefill is not None else ()):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{name}={v!r} is invalid: allowed an integer >= {low}")
+                raise ValueError(f"{name}={v!r} is invalid: allowed an integer >= {low}"
+                                 + (" (or None: dynamic selection)" if name == "prefill" else ""))
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(self.layers))
 
@@ -90,7 +107,8 @@ class SelectionPress:
     @property
     def name(self) -> str:
         sink = f" sink{self.sink}" if self.sink else ""
-        return f"{self.kind} S{self.chunk} k{self.budget} L{self.local}{sink}"
+        static = "" if self.prefill is None else f" static P{self.prefill} obs{self.observe}"
+        return f"{self.kind} S{self.chunk} k{self.budget} L{self.local}{sink}{static}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "layers": None if self.layers is None else list(self.layers)}
@@ -100,9 +118,27 @@ def kept_keys(press: SelectionPress, scores: Float[Tensor, "batch kv_head pos ke
               window: int | None = None) -> Bool[Tensor, "batch kv_head pos key"]:
     """The kept set of each query (module docstring) from the group-averaged attention `scores`
     (zero on future keys and, with a sliding `window`, on keys before t - window + 1)."""
-    b, K, T, _ = scores.shape
+    T = scores.shape[-1]
     dev = scores.device
     t, i = torch.arange(T, device=dev)[:, None], torch.arange(T, device=dev)[None]
+    seen = (i <= t) & (i >= (t - window + 1 if window is not None else 0))
+    P = press.prefill
+    if P is None:
+        return _selected(press, scores, torch.arange(T, device=dev), window)
+    keep = seen.expand(*scores.shape).clone()  # the prompt is prefilled with the original attention
+    if P < T:
+        question = scores[:, :, max(0, P - press.observe): P].mean(2, keepdim=True)
+        at_end = _selected(press, question, torch.tensor([P - 1], device=dev), window)  # [b, K, 1, key]
+        keep[:, :, P:] = (at_end | (i >= P)) & seen[P:]
+    return keep
+
+
+def _selected(press: SelectionPress, scores: Float[Tensor, "batch kv_head query key"], t: Tensor,
+              window: int | None) -> Bool[Tensor, "batch kv_head query key"]:
+    """What queries at positions `t` keep by dynamic selection, from their `scores` over all keys."""
+    T = scores.shape[-1]
+    dev = scores.device
+    t, i = t[:, None], torch.arange(T, device=dev)[None]
     first = t - window + 1 if window is not None else torch.zeros_like(t)  # the oldest key query t sees
     recent = i > t - press.local  # inside the local window (or future, masked below)
     candidate = ~recent & (i >= press.sink) & (i >= first)
