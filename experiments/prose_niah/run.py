@@ -31,7 +31,14 @@ The press regime then keeps all 30 layers and lowers the budget, most compressed
 token-S8kB` runs both presses at the chosen budget. Prediction stated before it runs: the value is 4 digit
 tokens, so with 1 chunk kept a value whose first token sits at residue 5, 6 or 7 straddles two chunks and
 cannot be kept whole: the chunk press is weaker there; the token press keeps any 8 tokens and shows no
-phase effect.)
+phase effect.) Both budgets scored 1.00 (n1): every answer query reselects its own chunk, so a value split
+over two chunks is read one chunk at a time. That is dynamic selection; the presses practitioners use
+(kvpress's SnapKV, ChunkKV) select once, at the end of prefill, by the question's attention, and decoding
+reads that cache. So (stated before they run) the press units that answer the question are static:
+`chunk-S8k1-static` and `token-S8k1-static` (`SelectionPress(prefill=prompt length, observe=16)`), all 30
+layers, n8, same prompts. The first answer digit comes from prefill (full attention); digits 2-4 read the
+compressed cache. Prediction: the chunk press loses digits of values whose 4 tokens straddle a chunk
+boundary (first token at residue 5, 6 or 7); the token press shows no phase effect.
 
 The evict rule keeps one token of each W-token window (offset W-1 by default: the positions that are 7 mod 8
 under W8/S8). After SmolLM2's evict-W8S8 unit (n8) scored 1.00 at residue 7 and at most 0.25 elsewhere, one
@@ -69,7 +76,17 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "gemma3-270m": ("all", "global", "11,17", "5,17", "5,11", "17", "11", "5"),
 }
 LOW, HIGH = 0.25, 0.75
+OBSERVE = 16  # a static press scores the prompt's keys by the attention of its last OBSERVE queries (the question)
 SCAN = "mean-W8S8"  # the setting a regime scan runs its candidates under, unless --scan-setting says otherwise
+
+
+def prompt_length(batch: Any) -> int:
+    """The prompt length of every row (first answer query + 1), which a static press prefills."""
+    ends = (batch.answer_pos[:, 0] + 1).unique()
+    if len(ends) != 1:
+        raise ValueError(f"prompt lengths {ends.tolist()} are invalid for a static press: allowed one length for "
+                         "every row (anchor 'value')")
+    return int(ends[0])
 
 
 def layers_of(model: Any, spec: str) -> tuple[int, ...]:
@@ -90,10 +107,12 @@ def layers_of(model: Any, spec: str) -> tuple[int, ...]:
     return tuple(range(int(a), int(b) + 1)) if dash else tuple(sorted({int(x) for x in items}))
 
 
-def setting(name: str, layers: tuple[int, ...]) -> Any:
+def setting(name: str, layers: tuple[int, ...], batch: Any = None) -> Any:
     """The compression of a setting name: "none", "RULE-WxSy" (`KVCompression`: mean, score, evict
     keeping offset W-1, or evictK keeping offset K) or "chunk-Sy" / "token-Sy" (`SelectionPress` at
-    `BUDGET` chunks; "chunk-SykB" at B chunks), all with the regime's layers.
+    `BUDGET` chunks; "chunk-SykB" at B chunks; "...-static": a static press, kvpress timing, prefilling
+    `batch`'s prompts and compressing by the attention of their last `OBSERVE` queries), all with the
+    regime's layers.
 
     Example:
         >>> setting("evict0-W8S8", (20,)).name, setting("evict-W8S8", (20,)).kept_offset
@@ -105,9 +124,14 @@ def setting(name: str, layers: tuple[int, ...]) -> Any:
     if name == "none":
         return None
     kind, _, geometry = name.partition("-")
+    geometry, static, tail = geometry.partition("-static")
     chunk, k, budget = geometry[1:].partition("k")
-    if kind in ("chunk", "token") and geometry[:1] == "S" and chunk.isdigit() and (budget.isdigit() or not k):
-        return SelectionPress(kind, int(chunk), int(budget or BUDGET), local=LOCAL, sink=SINK, layers=layers)
+    if static and batch is None:
+        raise ValueError(f"setting={name!r} needs the batch: a static press prefills its prompts")
+    if (kind in ("chunk", "token") and geometry[:1] == "S" and chunk.isdigit() and (budget.isdigit() or not k)
+            and not tail):
+        return SelectionPress(kind, int(chunk), int(budget or BUDGET), local=LOCAL, sink=SINK, layers=layers,
+                              **({"prefill": prompt_length(batch), "observe": OBSERVE} if static else {}))
     w, _, s = geometry[1:].partition("S")
     offset = kind[5:] if kind.startswith("evict") else ""
     rule = "evict" if offset.isdigit() else kind
@@ -116,7 +140,7 @@ def setting(name: str, layers: tuple[int, ...]) -> Any:
                              offset=int(offset) if offset else None)
     raise ValueError(f"setting={name!r} is invalid: allowed 'none', 'RULE-WxSy' (RULE mean, score, evict, or "
                      "evictK: evict keeping offset K of each window) or 'chunk-Sy' / 'token-Sy' (optionally 'kB': "
-                     f"B chunks kept, default {BUDGET})")
+                     f"B chunks kept, default {BUDGET}; '-static' at the end: a static press)")
 
 
 def load(name: str) -> tuple[Any, str]:
@@ -156,10 +180,10 @@ def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, 
     path = unit_path(args.model, args.length, anchor, name, layers, args.n, folder)
     if path.exists():
         return json.loads(path.read_text())
-    how = setting(name, () if name == "none" else layers_of(model, layers))
-    apply_attention(model, how)
     task = ProseNeedle(tok, seq_len=args.length, n_depths=args.n_depths, anchor=anchor)
     batch = task.sample(args.n, MODULUS, seed=args.seed)
+    how = setting(name, () if name == "none" else layers_of(model, layers), batch)
+    apply_attention(model, how)
     period = None if how is None else getattr(how, "stride", getattr(how, "chunk", None))
     start = time.time()
     curve = phase_sweep(model, batch, batch_size=args.batch_size, period=period, progress=False, n_boot=args.n_boot,
@@ -194,9 +218,9 @@ def run_knockout(model, tok: str, args: argparse.Namespace, name: str, layers: s
     path = RESULTS / args.model / f"knockout-T{args.length}-{name}-L{layers}-n{args.n}.json"
     if path.exists():
         return json.loads(path.read_text())
-    how = setting(name, layers_of(model, layers))
     task = ProseNeedle(tok, seq_len=args.length, n_depths=args.n_depths)
     batch = task.sample(args.n, MODULUS, seed=args.seed)
+    how = setting(name, layers_of(model, layers), batch)
     calibration = task.sample(args.n, MODULUS, seed=args.seed, split="calibration")
     apply_attention(model, how)
     start = time.time()

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from experiments.prose_niah import render, run
 from phaseinterp.backends.kv_compression import KVCompression
@@ -21,6 +22,13 @@ def test_settings_parse_to_the_library_objects_and_bad_names_are_refused():
     assert run.setting("evict-W16S8", (1, 2)) == KVCompression(16, 8, "evict", local=run.LOCAL, sink=run.SINK, layers=(1, 2))
     assert run.setting("evict0-W8S8", (1,)) == KVCompression(8, 8, "evict", local=run.LOCAL, sink=run.SINK, layers=(1,), offset=0)
     assert run.setting("token-S8k1", (3,)) == SelectionPress("token", 8, 1, local=run.LOCAL, sink=run.SINK, layers=(3,))
+    batch = SimpleNamespace(answer_pos=torch.tensor([[9, 10], [9, 10]]))
+    assert run.setting("chunk-S8k1-static", (3,), batch) == SelectionPress(
+        "chunk", 8, 1, local=run.LOCAL, sink=run.SINK, layers=(3,), prefill=10, observe=run.OBSERVE)
+    with pytest.raises(ValueError, match="needs the batch"):
+        run.setting("token-S8k1-static", (3,))
+    with pytest.raises(ValueError, match=r"prompt lengths \[10, 11\] are invalid for a static press"):
+        run.setting("token-S8-static", (3,), SimpleNamespace(answer_pos=torch.tensor([[9], [10]])))
     assert run.setting("chunk-S8", (3,)) == SelectionPress("chunk", 8, run.BUDGET, local=run.LOCAL, sink=run.SINK, layers=(3,))
     with pytest.raises(ValueError, match=r"setting='max-W8S8' is invalid: allowed 'none', 'RULE-WxSy'"):
         run.setting("max-W8S8", ())
