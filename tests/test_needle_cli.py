@@ -195,6 +195,32 @@ def test_a_press_runs_in_place_of_the_compression_and_equals_a_direct_sweep(llam
     assert pressed.correct.tolist() != clean.correct.tolist()  # the press changed which rows are right
 
 
+def test_a_static_press_equals_a_direct_sweep_and_says_when_it_changes_nothing(llama_dir, tokenizer_dir,  # noqa: F811
+                                                                                  haystack, tmp_path):  # noqa: F811
+    from transformers import LlamaForCausalLM
+
+    from phaseinterp.backends.presses import SelectionPress, press_attention
+    from phaseinterp.tasks.scoring import prompt_length
+
+    def argv(out, digits):
+        a = _argv(llama_dir, tokenizer_dir, haystack, out)
+        i = a.index("--compress")
+        a[i:i + 3] = ["--press", "token", "--chunk", "2", "--budget", "1", "--static", "--observe", "3"]
+        a[a.index("--value-digits") + 1] = str(digits)
+        return a
+
+    assert main(argv(tmp_path / "o", 3)) == 0
+    units = {u["condition"]: u for u in json.loads((tmp_path / "o" / "needle.json").read_text())["units"]}
+    batch = ProseNeedle(str(tokenizer_dir), seq_len=T, haystack_dir=str(haystack), n_depths=2,
+                        value_digits=3).sample(N, R)
+    model = LlamaForCausalLM.from_pretrained(llama_dir).eval()
+    press_attention(model, SelectionPress("token", 2, 1, local=4, sink=1, prefill=prompt_length(batch), observe=3))
+    pressed = phase_sweep(model, batch, n_boot=20, n_perm=20, progress=False, batch_size=2)
+    assert np.array_equal(PhaseCurve.from_dict(units["pressed"]["curve"]).correct, pressed.correct.astype(bool))
+    with pytest.warns(UserWarning, match="--static at .* tokens changes nothing"):
+        assert main(argv(tmp_path / "one", 1)) == 0  # a one-token answer is predicted in prefill
+
+
 def test_press_options_are_exclusive_with_compress_and_match_the_library(tmp_path, capsys):
     from phaseinterp.backends import presses
 
@@ -203,5 +229,7 @@ def test_press_options_are_exclusive_with_compress_and_match_the_library(tmp_pat
     assert "--compress and --press chunk are exclusive" in capsys.readouterr().err
     assert main(["needle", "x", "--budget", "2", "--out", str(tmp_path / "o")]) == 2
     assert "allowed only with --press chunk|token" in capsys.readouterr().err
+    assert main(["needle", "x", "--static", "--out", str(tmp_path / "o")]) == 2
+    assert "--chunk, --budget, --static and --observe set the press" in capsys.readouterr().err
     assert main(["needle", "x", "--press", "token", "--budget", "0", "--out", str(tmp_path / "o")]) == 2
     assert "--press token --chunk 8 --budget 0: budget=0 is invalid: allowed an integer >= 1" in capsys.readouterr().err

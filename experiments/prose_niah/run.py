@@ -80,15 +80,6 @@ OBSERVE = 16  # a static press scores the prompt's keys by the attention of its 
 SCAN = "mean-W8S8"  # the setting a regime scan runs its candidates under, unless --scan-setting says otherwise
 
 
-def prompt_length(batch: Any) -> int:
-    """The prompt length of every row (first answer query + 1), which a static press prefills."""
-    ends = (batch.answer_pos[:, 0] + 1).unique()
-    if len(ends) != 1:
-        raise ValueError(f"prompt lengths {ends.tolist()} are invalid for a static press: allowed one length for "
-                         "every row (anchor 'value')")
-    return int(ends[0])
-
-
 def layers_of(model: Any, spec: str) -> tuple[int, ...]:
     """The layer indices of a candidate: "A-B" (inclusive), "A,B,..." (a list; "A" alone: one layer),
     "all" or "global" (Gemma 3)."""
@@ -120,6 +111,7 @@ def setting(name: str, layers: tuple[int, ...], batch: Any = None) -> Any:
     """
     from phaseinterp.backends.kv_compression import KVCompression
     from phaseinterp.backends.presses import SelectionPress
+    from phaseinterp.tasks.scoring import prompt_length
 
     if name == "none":
         return None

@@ -4,7 +4,10 @@ pretrained causal LM, by depth and by phase, uncompressed beside training-free c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--press", choices=PRESSES, help="instead of --compress, a selection press: 'chunk' keeps the --budget "
                    "best --chunk-token grid chunks whole per query (ChunkKV-like), 'token' the budget x chunk best single "
                    "tokens (SnapKV-like)")
+    p.add_argument("--static", action="store_true", help="--press as kvpress applies it: the prompt is prefilled with "
+                   "full attention and its cache is selected once, by the attention of its last --observe queries (the "
+                   "question); decoded tokens read that cache (default: every query selects from its own past)")
+    p.add_argument("--observe", type=int, default=16, help="--static: prompt queries that score the cache (default 16)")
     p.add_argument("--chunk", type=int, default=8, help="tokens per chunk of --press (default 8)")
     p.add_argument("--budget", type=int, default=4, help="chunks --press keeps (default 4; tokens: budget x chunk)")
     p.add_argument("--layers", type=int, nargs="+", metavar="L", help="layers to compress or press (default all)")
@@ -96,8 +103,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError("--rule and --anchor set the compression: allowed only with --compress W S")
     if args.offset is not None and args.rule != "evict":
         raise ValueError(f"--offset {args.offset} sets the kept token of --rule evict: allowed only with --rule evict")
-    if args.press is None and any(getattr(args, k) != d for k, d in (("chunk", 8), ("budget", 4))):
-        raise ValueError("--chunk and --budget set the press: allowed only with --press chunk|token")
+    if args.press is None and any(getattr(args, k) != d for k, d in (("chunk", 8), ("budget", 4), ("static", False),
+                                                                      ("observe", 16))):
+        raise ValueError("--chunk, --budget, --static and --observe set the press: allowed only with --press chunk|token")
     if args.compress is None and args.press is None and any(
             getattr(args, k) != d for k, d in (("layers", None), ("local", 16), ("sink", 0))):
         raise ValueError("--layers, --local and --sink set the compression: allowed only with --compress W S or "
@@ -113,7 +121,8 @@ def compression(args: argparse.Namespace):
         from phaseinterp.backends.presses import SelectionPress
 
         try:
-            return SelectionPress(args.press, args.chunk, args.budget, local=args.local, sink=args.sink, layers=layers)
+            return SelectionPress(args.press, args.chunk, args.budget, local=args.local, sink=args.sink, layers=layers,
+                                  observe=args.observe)
         except ValueError as err:
             raise ValueError(f"--press {args.press} --chunk {args.chunk} --budget {args.budget}: {err}") from None
     if args.compress is None:
@@ -160,6 +169,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from phaseinterp.families.resolve import context_length
     from phaseinterp.measure import depth_phase_grid, phase_sweep
     from phaseinterp.tasks import ProseNeedle
+    from phaseinterp.tasks.scoring import prompt_length
 
     check_args(args)
     spec = compression(args)
@@ -184,6 +194,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                            n_depths=args.n_depths, anchor=args.anchor_token, value_digits=args.value_digits)
         batch = task.sample(args.n_per_residue, args.modulus, seed=args.task_seed)
         for name, how in conditions:
+            if how is not None and getattr(args, "static", False):
+                how = replace(how, prefill=prompt_length(batch))  # the cache is compressed where the prompt ends
+                if batch.answer_pos is None or int(batch.answer_pos.max()) < how.prefill:
+                    warnings.warn(f"--static at {length} tokens changes nothing: every scored token is predicted by the "
+                                  "prompt's own forward (prefill, full attention); --value-digits 2 or more scores "
+                                  "tokens decoded from the pressed cache", UserWarning, stacklevel=2)
             apply_attention(model, how)  # in place, over the same weights
             label = f"{name} T={length}" + ("" if how is None else f" {how.name}")
             curve = phase_sweep(model, batch, batch_size=args.batch_size, period=period, device=args.device,

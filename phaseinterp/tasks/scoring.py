@@ -59,3 +59,19 @@ def per_row(correct: Bool[Tensor, "*units token_rows"], owner: Int[Tensor, " tok
 
 
 __all__ = ["per_row", "token_rows"]
+
+
+def prompt_length(batch: PhaseBatch) -> int:
+    """The prompt length shared by every row: the first scored position + 1 (what a static press
+    prefills, `backends.presses.SelectionPress(prefill=...)`).
+
+    Raises:
+        ValueError: rows whose prompts end at different positions (e.g. a decode-time batch, whose
+            question moves), naming the lengths.
+    """
+    first = batch.answer_pos[:, 0] if batch.answer_pos is not None else batch.query_pos
+    ends = (first + 1).unique()
+    if len(ends) != 1:
+        raise ValueError(f"prompt lengths {ends.tolist()[:8]} are invalid for a static press: allowed one length "
+                         "for every row (the needle's value or first token as the anchor, not the question)")
+    return int(ends[0])
