@@ -134,6 +134,23 @@ def test_teacher_forced_answers_are_what_greedy_decoding_of_a_compressed_model_w
     assert phase_sweep(model, b, n_boot=20, n_perm=20, progress=False).accuracy.tolist() == [0.0] * 4  # random
 
 
+def test_a_sweep_forwards_each_prompt_once_whatever_the_batch_size(task):
+    """A prompt's answer tokens are rows that one forward scores: minibatches never split them, so
+    a batch size that is no multiple of the answer length costs no second forward of a prompt."""
+    b = task.sample(2, 4)
+    n_ans = int((b.answer_pos >= 0).sum(1)[0])
+    forwarded = []
+
+    def oracle(tokens):
+        forwarded.append(len(tokens))
+        return torch.nn.functional.one_hot(torch.roll(tokens, -1, 1), 400).float()
+
+    for size in (n_ans + 1, 1, 64):
+        forwarded.clear()
+        curve = phase_sweep(oracle, b, batch_size=size, n_boot=20, n_perm=20, progress=False)
+        assert sum(forwarded) == len(b) and curve.accuracy.tolist() == [1.0] * 4, size
+
+
 def test_depths_spread_over_the_context_and_the_splits_share_no_needle(task):
     b = task.sample(4, 4)
     depth = np.array(b.meta["depth"]).reshape(4, 4)

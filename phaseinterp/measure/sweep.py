@@ -8,7 +8,6 @@ query positions (`Backend.sweep_logits`); any other tokens -> logits callable ru
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -62,7 +61,7 @@ def evaluate_correct(model: Model, batch: PhaseBatch, *, batch_size: int = 32,
         model: our model, NSA or a raw HF model (each run through its backend), a backend, or any
             tokens [batch, pos] -> logits [batch, pos, vocab] callable (or an object with `.logits`).
         batch: the prompts.
-        batch_size: rows per forward pass, >= 1.
+        batch_size: rows per minibatch, >= 1 (whole prompts: a prompt with more rows runs alone).
         device: where to run (default: the device of the model's parameters, else CPU).
         progress: show a progress bar.
         resume: a journal folder (`measure.journal`): each finished minibatch's correctness is
@@ -93,9 +92,11 @@ def _evaluate(model: Any, batch: PhaseBatch, *, batch_size: int, device: torch.d
         "model": model_fingerprint(model), "batch": batch_fingerprint(batch),
         "settings": {"batch_size": batch_size, "device": dev.type, "logits": model.sweep_info()}})
     out = []
+    # a prompt's rows (its answer tokens, its queries) share one forward: never split them over two
+    minibatches = list(batch.minibatches(batch_size, whole_prompts=True))
     with eval_mode(model.module()):
-        bar = tqdm(batch.minibatches(batch_size), total=math.ceil(len(batch) / batch_size),
-                   disable=not check_progress(progress), desc="phase sweep", unit="batch")
+        bar = tqdm(minibatches, total=len(minibatches), disable=not check_progress(progress), desc="phase sweep",
+                   unit="batch")
         for i, mb in enumerate(bar):
             done = None if journal is None else journal.get(f"mb{i:06d}")
             if done is not None:
@@ -161,7 +162,8 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
         if how is not None:  # logits at the query positions only (None: full forwards)
             info["logits"] = how
         if journal is not None:
-            info["resumed"] = {"minibatches": journal.taken, "of": math.ceil(len(token_rows(batch)[0]) / batch_size)}
+            of = sum(1 for _ in token_rows(batch)[0].minibatches(batch_size, whole_prompts=True))
+            info["resumed"] = {"minibatches": journal.taken, "of": of}
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
     return PhaseCurve.from_correct(correct, batch, period=period, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})

@@ -108,13 +108,35 @@ class PhaseBatch:
         """One-row batches; use `minibatches(size)` for larger ones."""
         return self.minibatches(1)
 
-    def minibatches(self, size: int) -> Iterator[PhaseBatch]:
-        """Consecutive row slices of at most `size` rows (rows of one prompt stay together
-        when `size` is a multiple of the queries per prompt)."""
+    def minibatches(self, size: int, whole_prompts: bool = False) -> Iterator[PhaseBatch]:
+        """Consecutive row slices of at most `size` rows (rows of one prompt stay together when
+        `size` is a multiple of the queries per prompt). With `whole_prompts`, a slice never splits
+        the consecutive rows of one prompt (`prompt_id`), which a backend scores with one forward:
+        as many whole prompts as fit in `size` rows, or one prompt alone when it has more.
+
+        Example:
+            >>> from phaseinterp.tasks import RecordLookup
+            >>> b = RecordLookup(vocab_size=64, n_records=4, n_demos=1).sample(3, modulus=1)
+            >>> b = b[torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])]  # three prompts of three rows each
+            >>> [len(m) for m in b.minibatches(4)], [len(m) for m in b.minibatches(4, whole_prompts=True)]
+            ([4, 4, 1], [3, 3, 3])
+        """
         if size < 1:
             raise ValueError(f"minibatch size={size} out of range [1, inf)")
-        for start in range(0, len(self), size):
-            yield self[start : start + size]
+        if not whole_prompts:
+            for start in range(0, len(self), size):
+                yield self[start : start + size]
+            return
+        ids = self.prompt_id.tolist()
+        cuts = [i for i in range(1, len(ids)) if ids[i] != ids[i - 1]] + [len(ids)]  # where each prompt's rows end
+        start = end = 0
+        for cut in cuts:
+            if cut - start > size and end > start:  # the next prompt does not fit: close the slice
+                yield self[start:end]
+                start = end
+            end = cut
+        if end > start:
+            yield self[start:end]
 
     def to(self, device: torch.device | str) -> PhaseBatch:
         """Copy of the batch with all tensors on `device`."""
