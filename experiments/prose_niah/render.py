@@ -45,7 +45,8 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
     out = {}
     for u in rows:
         state = regime_state(u)
-        out[key(u)] = f"at {state} at every residue: cannot show a phase effect" if state else ""
+        out[key(u)] = (f"at {state} at every residue: cannot show a phase effect" if state else
+                       "the uncompressed reference (not in the Holm pool)" if u["setting"] == "none" else "")
     for u, p in zip(testable, adjusted):
         s = u["summary"]
         if p < ALPHA:
