@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from experiments.cycling.measure import best_moves
+from phaseinterp.measure.gap import interval_text
 
 PAPER_LOWEST_R2 = 0.66
 ALPHA = 0.05
@@ -124,7 +125,7 @@ def runs_table(data: dict[str, Any]) -> str:
         ci = base["baseline_gap_ci_pp"]
         status = "cycled" + (f"; untestable: {untestable(r)}" if untestable(r) else "")
         lines.append(f"| {r['name']} | {r['architecture']} | {r['rope']} | {status} | {res['stride']} | "
-                     f"{base['baseline_gap_pp']:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]; p = {base['baseline_p_phase']:.3f} | "
+                     f"{base['baseline_gap_pp']:.1f} {interval_text(ci)}; p = {base['baseline_p_phase']:.3f} | "
                      + " | ".join(cells) + " |")
     return head + "\n" + "\n".join(lines)
 

@@ -14,6 +14,9 @@ independent half).
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
+
 import numpy as np
 from beartype import beartype
 from jaxtyping import Bool, Int, jaxtyped
@@ -79,7 +82,7 @@ GAP_NOTE = ("Gap: best minus worst residue (the paper's statistic, inflated by s
             "the other (about 0 on a flat curve; docs/statistics.md), with its cluster-bootstrap interval.")
 
 
-def gap_text(gap_pp: float, heldout_pp: float, interval: tuple[float, float] | list[float]) -> str:
+def gap_text(gap_pp: float, heldout_pp: float, interval: Sequence[float | None] | None) -> str:
     """A table cell: the observed gap, then the held-out gap and its interval.
 
     Example:
@@ -89,9 +92,22 @@ def gap_text(gap_pp: float, heldout_pp: float, interval: tuple[float, float] | l
     return f"{gap_pp:.1f} ({heldout_text(heldout_pp, interval)})"
 
 
-def heldout_text(heldout_pp: float, interval: tuple[float, float] | list[float]) -> str:
+def heldout_text(heldout_pp: float, interval: Sequence[float | None] | None) -> str:
     """The held-out gap and its interval, e.g. '0.8 [-9.4, 10.9]'."""
-    return f"{heldout_pp:.1f} [{interval[0]:.1f}, {interval[1]:.1f}]"
+    return f"{heldout_pp:.1f} {interval_text(interval)}"
 
 
-__all__ = ["GAP_HEADER", "GAP_NOTE", "gap_text", "heldout_gap", "heldout_text", "split_halves"]
+def interval_text(interval: Sequence[float | None] | None, scale: float = 1.0) -> str:
+    """'[lo, hi]' (times `scale`, one decimal), or '[no interval]' where it could not be estimated
+    (None or nan bounds: e.g. a residue whose rows come from one example, `MIN_CLUSTERS`).
+
+    Example:
+        >>> interval_text((-9.44, 10.9)), interval_text([None, None]), interval_text((float("nan"),) * 2)
+        ('[-9.4, 10.9]', '[no interval]', '[no interval]')
+    """
+    if interval is None or any(v is None or not math.isfinite(v) for v in interval):
+        return "[no interval]"
+    return f"[{scale * interval[0]:.1f}, {scale * interval[1]:.1f}]"
+
+
+__all__ = ["GAP_HEADER", "GAP_NOTE", "gap_text", "heldout_gap", "heldout_text", "interval_text", "split_halves"]
