@@ -141,6 +141,7 @@ def evict_lines(rows: list[dict[str, Any]]) -> list[str]:
 def knockout_lines() -> list[str]:
     """One paragraph per knockout map file: significant cells after BH-FDR, and the units that matter most."""
     from phaseinterp.measure import SpecializationMap
+    from phaseinterp.measure.pvalues import min_n_boot
 
     out = []
     for f in sorted(RESULTS.glob("*/knockout-*.json")):
@@ -150,10 +151,14 @@ def knockout_lines() -> list[str]:
         cells = ", ".join(f"{row.unit} at r={row.residue} ({row.value:+.1f} pp)" for row in top.itertuples()) if len(top) else "none"
         significant, which = smap.significance("fdr")
         estimable = int(smap.fdr_family.sum()) if smap.p is not None else smap.values.size
+        n_boot, need = smap.meta.get("n_boot"), min_n_boot(max(estimable, 1))
+        floor = ("" if n_boot is None or n_boot >= need else
+                 f" (with {n_boot} bootstrap replicates the smallest p-value, {2 / (n_boot + 1):.4f}, is above q / cells = "
+                 f"{0.05 / max(estimable, 1):.1e}: only several strong cells together can pass; {need} replicates let one)")
         out += [f"**KV-head knockout map**, {r['model']} under {r['setting']} (layers {r['layers']}), {r['length']} "
                 f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {int(significant.sum())} of "
-                f"{estimable} estimable cells ({smap.values.size} in all) significant ({which}); the cells where a knockout "
-                f"lowers accuracy most: {cells}.", ""]
+                f"{estimable} estimable cells ({smap.values.size} in all) significant ({which}){floor}; the cells where a "
+                f"knockout lowers accuracy most: {cells}.", ""]
     return out
 
 
