@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from experiments.prose_niah.run import HIGH, LOW, RESULTS, ROOT
+from phaseinterp.measure.gap import heldout_text
 
 MARK = "<!-- results: rendered from assets/results/prose_niah/ by `python -m experiments.prose_niah.run render` -->"
 PAGES = (ROOT / "docs" / "prose_niah.md", ROOT / "experiments" / "prose_niah" / "README.md")
@@ -63,10 +64,6 @@ def key(u: dict[str, Any]) -> str:
     return f"{u['model']} T{u['length']} {u['anchor']} {u['setting']} L{u['layers']} n{u['n_per_residue']}"
 
 
-def _interval(x: Any) -> str:
-    return "" if not x or any(v is None for v in x) else f" [{x[0]:.1f}, {x[1]:.1f}]"
-
-
 def unit_table(rows: list[dict[str, Any]], said: dict[str, str]) -> list[str]:
     m = rows[0]["modulus"]
     lines = ["| setting | layers | n/residue | " + " | ".join(f"r={r}" for r in range(m)) +
@@ -75,7 +72,7 @@ def unit_table(rows: list[dict[str, Any]], said: dict[str, str]) -> list[str]:
     for u in rows:
         s = u["summary"]
         acc = " | ".join("-" if a is None else f"{a:.2f}" for a in u["curve"]["accuracy"])
-        gap = "-" if s["gap_heldout_pp"] is None else f"{s['gap_heldout_pp']:.1f}{_interval(s['gap_interval_pp'])}"
+        gap = "-" if s["gap_heldout_pp"] is None else heldout_text(s["gap_heldout_pp"], s["gap_interval_pp"])
         per = "-" if s["p_periodic"] is None else f"{s['p_periodic']:.3f}"
         lines.append(f"| {u['setting']} | {u['layers']} | {u['n_per_residue']} | {acc} | {s['mean']:.2f} | {gap} | "
                      f"{s['p_value']:.3f} | {per} | {said[key(u)]} |")
@@ -141,7 +138,6 @@ def evict_lines(rows: list[dict[str, Any]]) -> list[str]:
 def knockout_lines() -> list[str]:
     """One paragraph per knockout map file: significant cells after BH-FDR, and the units that matter most."""
     from phaseinterp.measure import SpecializationMap
-    from phaseinterp.measure.pvalues import min_n_boot
 
     out = []
     for f in sorted(RESULTS.glob("*/knockout-*.json")):
@@ -149,15 +145,11 @@ def knockout_lines() -> list[str]:
         smap = SpecializationMap.from_dict(r["map"])
         top = smap.top(3)
         cells = ", ".join(f"{row.unit} at r={row.residue} ({row.value:+.1f} pp)" for row in top.itertuples()) if len(top) else "none"
-        significant, which = smap.significance("fdr")
-        estimable = int(smap.fdr_family.sum()) if smap.p is not None else smap.values.size
-        n_boot, need = smap.meta.get("n_boot"), min_n_boot(max(estimable, 1))
-        floor = ("" if n_boot is None or n_boot >= need else
-                 f" (with {n_boot} bootstrap replicates the smallest p-value, {2 / (n_boot + 1):.4f}, is above q / cells = "
-                 f"{0.05 / max(estimable, 1):.1e}: only several strong cells together can pass; {need} replicates let one)")
+        sig = smap.significance_summary("fdr", ALPHA)
+        notes = "".join(f" ({sig[k]})" for k in ("note", "note_estimable") if sig.get(k))
         out += [f"**KV-head knockout map**, {r['model']} under {r['setting']} (layers {r['layers']}), {r['length']} "
-                f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {int(significant.sum())} of "
-                f"{estimable} estimable cells ({smap.values.size} in all) significant ({which}){floor}; the cells where a "
+                f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {sig['fdr']} of "
+                f"{sig['cells']} estimable cells ({smap.values.size} in all) significant ({sig['rule']}){notes}; the cells where a "
                 f"knockout lowers accuracy most: {cells}.", ""]
     return out
 

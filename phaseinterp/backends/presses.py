@@ -120,11 +120,11 @@ def kept_keys(press: SelectionPress, scores: Float[Tensor, "batch kv_head pos ke
     (zero on future keys and, with a sliding `window`, on keys before t - window + 1)."""
     T = scores.shape[-1]
     dev = scores.device
-    t, i = torch.arange(T, device=dev)[:, None], torch.arange(T, device=dev)[None]
-    seen = (i <= t) & (i >= (t - window + 1 if window is not None else 0))
     P = press.prefill
     if P is None:
         return _selected(press, scores, torch.arange(T, device=dev), window)
+    t, i = torch.arange(T, device=dev)[:, None], torch.arange(T, device=dev)[None]
+    seen = (i <= t) & (i >= (t - window + 1 if window is not None else 0))
     keep = seen.expand(*scores.shape).clone()  # the prompt is prefilled with the original attention
     if P < T:
         question = scores[:, :, max(0, P - press.observe): P].mean(2, keepdim=True)

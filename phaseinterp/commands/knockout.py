@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     curve.to_json(out / "clean_curve.json")
     save_html(phase_figure(curve), out / "clean_curve.html")
     summary = {"source": res["request"].source(), "clean": curve.summary(), "threshold": args.threshold,
-               "significance": _significance_summary(smap, which, q),
+               "significance": smap.significance_summary(which, q),
                "coverage": smap.coverage(args.threshold, significant=which, q=q),
                "uncovered_residues": smap.uncovered(args.threshold, significant=which, q=q),
                "masked": smap.meta.get("masked"),
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             res[key].save(out / f"{key}.csv")
             save_html(map_figure(res[key], significance=which, q=q), out / f"{key}.html")
             summary[key] = {"quantity": res[key].quantity, "top": res[key].top(6).to_dict(orient="records"),
-                            "significance": _significance_summary(res[key], which, q),
+                            "significance": res[key].significance_summary(which, q),
                             "coverage": res[key].coverage(args.threshold, significant=which, q=q)}
     write_json(out / "summary.json", summary)
     print(repr(curve))
@@ -191,29 +191,3 @@ def run(args: argparse.Namespace) -> int:
                "summary.json"]
     print(f"wrote {out}/: {', '.join(written)}")
     return 0
-
-
-def _significance_summary(smap, which: str, q: float) -> dict[str, Any]:
-    """What summary.json says about significance: the rule used, the cell counts under both rules
-    (None where the map lacks intervals or p-values), and a note when the bootstrap is too small for
-    BH to pass a lone effect (its p-value floor, 2 / (n_boot + 1), is above q / cells)."""
-    import numpy as np
-
-    from phaseinterp.measure.pvalues import min_n_boot
-
-    sig, fdr = smap.significant, smap.significant_fdr(q)
-    cells = int((np.isfinite(smap.values) if fdr is None else smap.fdr_family).sum())
-    out = {"which": which, "q": q, "rule": smap.significance(which, q)[1], "cells": cells,
-           "uncorrected": None if sig is None else int(sig.sum()), "fdr": None if fdr is None else int(fdr.sum())}
-    n_boot, need = smap.meta.get("n_boot"), min_n_boot(max(cells, 1), q)
-    if which == "fdr" and fdr is not None and n_boot is not None and n_boot < need:
-        out["note"] = (f"with --n-boot {n_boot} the smallest bootstrap p-value is 2/(n_boot+1) = {2 / (n_boot + 1):.3g}, "
-                       f"above q/cells = {q / max(cells, 1):.3g}: a lone effect cannot pass BH-FDR (several strong ones "
-                       f"can); --n-boot {need} or more lets one")
-    if smap.p is not None:
-        lone = np.isfinite(smap.values) & ~np.isfinite(smap.p) & ~smap.masked
-        out["not_estimable"] = int(lone.sum())
-        if lone.any():
-            out["note_estimable"] = (f"{int(lone.sum())} cells have a value but no interval or p-value: their residue's rows "
-                                     "come from one example, whose redraws cannot show variability (--n-per-residue 2 or more)")
-    return out

@@ -15,7 +15,7 @@ from jaxtyping import Bool, Float, Shaped
 
 from phaseinterp.measure.outputs import atomic_path, write_atomic
 from phaseinterp.measure.provenance import dumps, jsonable, versions
-from phaseinterp.measure.pvalues import bh_adjust, check_q
+from phaseinterp.measure.pvalues import bh_adjust, check_q, min_n_boot
 from phaseinterp.units import PREFIX, Unit
 
 BY = ("important", "abs", "neg", "pos")
@@ -212,6 +212,28 @@ class SpecializationMap:
         if self.p is None:
             return self.significant, f"{uncorrected} (no p-values in this map for BH-FDR)"
         return self.significant_fdr(q), f"BH-FDR q={q:g}"
+
+    def significance_summary(self, which: str = "fdr", q: float = 0.05) -> dict[str, Any]:
+        """What summary.json says about significance: the rule used, the cell counts under both rules
+        (None where the map lacks intervals or p-values), and a note when the bootstrap is too small for
+        BH to pass a lone effect (its p-value floor, 2 / (n_boot + 1), is above q / cells), and the
+        cells with a value but no interval (`not_estimable`: one example at their residue)."""
+        sig, fdr = self.significant, self.significant_fdr(q)
+        cells = int((np.isfinite(self.values) if fdr is None else self.fdr_family).sum())
+        out = {"which": which, "q": q, "rule": self.significance(which, q)[1], "cells": cells,
+               "uncorrected": None if sig is None else int(sig.sum()), "fdr": None if fdr is None else int(fdr.sum())}
+        n_boot, need = self.meta.get("n_boot"), min_n_boot(max(cells, 1), q)
+        if which == "fdr" and fdr is not None and n_boot is not None and n_boot < need:
+            out["note"] = (f"with --n-boot {n_boot} the smallest bootstrap p-value is 2/(n_boot+1) = {2 / (n_boot + 1):.3g}, "
+                           f"above q/cells = {q / max(cells, 1):.3g}: a lone effect cannot pass BH-FDR (several strong ones "
+                           f"can); --n-boot {need} or more lets one")
+        if self.p is not None:
+            lone = np.isfinite(self.values) & ~np.isfinite(self.p) & ~self.masked
+            out["not_estimable"] = int(lone.sum())
+            if lone.any():
+                out["note_estimable"] = (f"{int(lone.sum())} cells have a value but no interval or p-value: their residue's rows "
+                                         "come from one example, whose redraws cannot show variability (--n-per-residue 2 or more)")
+        return out
 
     def _significant_cells(self, significant: bool | str, q: float) -> Bool[np.ndarray, "..."] | None:
         """`coverage`'s filter: False -> none; True or "uncorrected" -> the interval excludes 0 (no
