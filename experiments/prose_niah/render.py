@@ -100,6 +100,7 @@ def block() -> str:
         out += [f"**{model}, {length} tokens, residue of {what}.**", "", *unit_table(mine, said), ""]
     out += evict_lines(rows)
     out += knockout_lines()
+    out += kept_lines()
     testable = [u for u in rows if u["setting"] != "none" and regime_state(u) is None]
     weak = [k for k, v in said.items() if v.startswith("weak")]
     result = (f"**Result.** Across {len(testable)} compressed unit(s) that can show a phase effect (neither floor nor "
@@ -151,6 +152,31 @@ def knockout_lines() -> list[str]:
                 f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {sig['fdr']} of "
                 f"{sig['cells']} estimable cells ({smap.values.size} in all) significant ({sig['rule']}){notes}; the cells where a "
                 f"knockout lowers accuracy most: {cells}.", ""]
+    return out
+
+
+def kept_lines() -> list[str]:
+    """One table per `kept` file (experiments/prose_niah/kept.py): by residue, the press's accuracy, the
+    oracle's (the value's chunk kept instead, same budget), and where the kept chunks sit."""
+    from experiments.prose_niah.kept import PLACES, reading
+
+    out = []
+    for f in sorted(RESULTS.glob("*/kept-*.json")):
+        r = json.loads(f.read_text())
+        c = r["compression"]
+        out += [f"**What the static chunk press keeps**, {r['model']}, {r['setting']} ({c['budget']} chunk of {c['chunk']} "
+                f"per KV head, layers {r['layers']}), {r['length']} tokens, {r['n_per_residue']} prompts per residue "
+                f"(`{f.relative_to(ROOT)}`). Oracle: every pressed layer and KV head keeps the chunk of the value's first "
+                "token instead of its own choice. Shares: of the layer x KV-head kept chunks, those holding the value's "
+                "first token, the whole value, the token before the value, the needle's first token.", "",
+                "| residue | n | press | oracle | oracle - press (log-prob of the answer) | " +
+                " | ".join(p.replace("_", " ") for p in PLACES) + " |", "|" + "---|" * (5 + len(PLACES))]
+        for b in r["by_residue"]:
+            mine = [x for x in r["rows"] if x["residue"] == b["residue"]]
+            gain = np.mean([x["oracle_logprob"] - x["natural_logprob"] for x in mine]) if mine else np.nan
+            out.append(f"| {b['residue']} | {b['n']} | {b['natural']:.2f} | {b['oracle']:.2f} | {gain:+.2f} | "
+                       + " | ".join(f"{b[p]:.2f}" for p in PLACES) + " |")
+        out += ["", f"Reading (press accuracy below 0.5): {reading(r['by_residue'])}.", ""]
     return out
 
 

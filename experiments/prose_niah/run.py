@@ -40,10 +40,23 @@ layers, n8, same prompts. The first answer digit comes from prefill (full attent
 compressed cache. Prediction: the chunk press loses digits of values whose 4 tokens straddle a chunk
 boundary (first token at residue 5, 6 or 7); the token press shows no phase effect.
 
+Units at 4,096 tokens run in the model's 1,024-token regime (its layers, local window and sink): a rule
+that rescanned at each length would compare different compressions across lengths.
+
+Gemma 3 270M's presses (stated before they ran): the same static units as SmolLM2's at the same budget
+(`grid --model gemma3-270m --layers all --settings chunk-S8k1-static token-S8k1-static`), every layer pressed
+(on its sliding layers the press selects inside the 512-token window). No scan: SmolLM2's dynamic press scans
+sat at 1.00 at every candidate, and the static timing is what practitioners run. Same prediction.
+
 The evict rule keeps one token of each W-token window (offset W-1 by default: the positions that are 7 mod 8
 under W8/S8). After SmolLM2's evict-W8S8 unit (n8) scored 1.00 at residue 7 and at most 0.25 elsewhere, one
 prediction was stated before running `evict0-W8S8` (offset 0): if the surviving token is what carries
 retrieval, the strong residue moves from 7 to 0.
+
+Decode time under evict (stated before these units' results were read): SmolLM2's evict-W8S8 question-anchor
+unit (n8) keeps each example's needle where it is and moves the question by 0..7 tokens; the kept positions
+are fixed by the absolute grid, so prediction: no effect of the question's phase (accuracy near the value
+anchor's mean at every residue). Evict-W8S8 at 4,096 tokens (n4, the 1k regime): the strong residue stays at 7.
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
@@ -252,7 +265,7 @@ def choose_regime(rows: list[tuple[str, float]]) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("scan", "grid", "knockout", "render"))
+    p.add_argument("what", choices=("scan", "grid", "knockout", "kept", "render"))
     p.add_argument("--model", choices=sorted(CANDIDATES), default="smollm2")
     p.add_argument("--length", type=int, default=1024)
     p.add_argument("--n", type=int, default=1, help="prompts per residue mod 8")
@@ -291,7 +304,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     layers = args.layers or json.loads(regime_path(args.model, args.regime).read_text())["regime"]
     for name in args.settings:
-        if args.what == "knockout":
+        if args.what == "kept":
+            from experiments.prose_niah.kept import kept_unit
+
+            args.modulus = MODULUS
+            kept_unit(model, tok, args, name, layers, RESULTS, setting, layers_of)
+        elif args.what == "knockout":
             run_knockout(model, tok, args, name, layers)
         else:
             run_unit(model, tok, args, name, layers, args.anchor)

@@ -94,3 +94,56 @@ def test_the_pages_are_rendered_from_the_result_files():
         assert render.MARK in text, f"{page} has no results block"
         assert text.split(render.MARK, 1)[1].strip() == block.strip(), \
             f"{page} is stale: python -m experiments.prose_niah.run render"
+
+
+def test_kept_reads_the_press_and_the_oracle_keeps_the_values_chunk(llama_dir, tokenizer_dir, haystack, tmp_path,  # noqa: F811
+                                                                     monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    from phaseinterp.backends.presses import apply_attention, pressed_layers
+    from phaseinterp.measure import phase_sweep
+    from phaseinterp.tasks import ProseNeedle
+
+    from experiments.prose_niah import kept
+
+    monkeypatch.setattr(run, "LOCAL", 4)
+    monkeypatch.setattr(run, "SINK", 1)
+    model = LlamaForCausalLM.from_pretrained(llama_dir).eval()
+    args = SimpleNamespace(model="tiny", length=160, n=2, n_depths=2, seed=0, modulus=4, argv=["kept"])
+    task = ProseNeedle(str(tokenizer_dir), seq_len=160, n_depths=2, haystack_dir=str(haystack))
+    monkeypatch.setattr("phaseinterp.tasks.ProseNeedle", lambda tok, **kw: ProseNeedle(tok, haystack_dir=str(haystack), **kw))
+    out = kept.kept_unit(model, str(tokenizer_dir), args, "chunk-S4k1-static", "0-1", tmp_path, run.setting, run.layers_of)
+    batch = task.sample(2, 4, seed=0)
+    press = run.setting("chunk-S4k1-static", (0, 1), batch)
+    apply_attention(model, press)
+    sweep = phase_sweep(model, batch, n_boot=20, n_perm=20, progress=False)
+    assert [r["natural"] for r in out["rows"]] == sweep.correct.tolist()  # the natural forward is the sweep's
+    # the chunks it read are those kept_keys selects from layer 0's scores (layer 0 sees the embeddings only)
+    attn, b = pressed_layers(model)[0], 3
+    got = {}
+    attn.hook_keep.add_hook(lambda keep, hook: got.setdefault("keep", keep))
+    with torch.no_grad():
+        model(batch.tokens[b:b + 1], use_cache=False)
+    attn.hook_keep.remove_hooks()
+    i = torch.arange(160)
+    cand = (i >= 1) & (i < press.prefill - 4)
+    first = [kept._chunks(got["keep"][0, g, press.prefill], cand, 4)[0] for g in range(got["keep"].shape[1])]
+    v = out["rows"][b]["value_pos"]
+    layer0 = dict(zip(*np.unique(np.array(first) - v // 4, return_counts=True)))
+    assert all(out["rows"][b]["offset_counts"].get(str(o), 0) >= n for o, n in layer0.items())
+    assert sum(out["rows"][b]["offset_counts"].values()) == 2 * got["keep"].shape[1]  # 2 layers x KV heads, 1 chunk each
+    assert out["by_residue"][int(batch.residue[b])]["n"] == 2
+    # the oracle forward reads the value's chunk at every pressed layer: the same logits as that edit made by hand
+    force = lambda keep, hook: kept.keep_chunk(keep, press.prefill, cand, v // 4, 4)  # noqa: E731
+    for a in pressed_layers(model).values():
+        a.hook_keep.add_hook(force)
+    with torch.no_grad():
+        logits = model(batch.tokens[b:b + 1], use_cache=False).logits[0]
+    for a in pressed_layers(model).values():
+        a.hook_keep.remove_hooks()
+    correct, logprob = kept.score(logits, batch.tokens[b], batch.answer_pos[b])
+    assert out["rows"][b]["oracle"] == correct and out["rows"][b]["oracle_logprob"] == pytest.approx(logprob, abs=1e-3)
+    assert out["rows"][b]["oracle_logprob"] != pytest.approx(out["rows"][b]["natural_logprob"], abs=1e-3)
+    with pytest.raises(ValueError, match="allowed a static chunk press"):
+        kept.kept_unit(model, str(tokenizer_dir), args, "chunk-S4k1", "0-1", tmp_path / "x", run.setting, run.layers_of)
+    assert json.loads(kept.kept_path(tmp_path, "tiny", 160, "chunk-S4k1-static", "0-1", 2).read_text())["rows"] == out["rows"]
