@@ -66,17 +66,30 @@ def key(u: dict[str, Any]) -> str:
 
 def unit_table(rows: list[dict[str, Any]], said: dict[str, str]) -> list[str]:
     m = rows[0]["modulus"]
-    lines = ["| setting | layers | n/residue | " + " | ".join(f"r={r}" for r in range(m)) +
+    lines = ["| setting | layers | n/residue | depths | " + " | ".join(f"r={r}" for r in range(m)) +
              " | mean | held-out gap pp | p (no phase effect) | p (period) | reading |",
-             "|" + "---|" * (m + 8)]
+             "|" + "---|" * (m + 9)]
     for u in rows:
         s = u["summary"]
         acc = " | ".join("-" if a is None else f"{a:.2f}" for a in u["curve"]["accuracy"])
         gap = "-" if s["gap_heldout_pp"] is None else heldout_text(s["gap_heldout_pp"], s["gap_interval_pp"])
         per = "-" if s["p_periodic"] is None else f"{s['p_periodic']:.3f}"
-        lines.append(f"| {u['setting']} | {u['layers']} | {u['n_per_residue']} | {acc} | {s['mean']:.2f} | {gap} | "
+        lines.append(f"| {u['setting']} | {u['layers']} | {u['n_per_residue']} | {depths_text(u)} | {acc} | {s['mean']:.2f} | {gap} | "
                      f"{s['p_value']:.3f} | {per} | {said[key(u)]} |")
     return lines
+
+
+def depths_text(u: dict[str, Any]) -> str:
+    """The needle depths a unit covers (share of the haystack before the needle): example e sits at
+    (e mod n_depths + 0.5) / n_depths, so n prompts per residue cover min(n, n_depths) of them.
+
+    Example:
+        >>> depths_text({"n_per_residue": 2, "task": {"n_depths": 8}})
+        '0.06-0.19 (2 of 8)'
+    """
+    nd = u["task"]["n_depths"]
+    k = min(u["n_per_residue"], nd)
+    return f"{0.5 / nd:.2f}-{(k - 0.5) / nd:.2f} ({k} of {nd})"
 
 
 def block() -> str:

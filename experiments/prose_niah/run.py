@@ -41,7 +41,10 @@ compressed cache. Prediction: the chunk press loses digits of values whose 4 tok
 boundary (first token at residue 5, 6 or 7); the token press shows no phase effect.
 
 Units at 4,096 tokens run in the model's 1,024-token regime (its layers, local window and sink): a rule
-that rescanned at each length would compare different compressions across lengths.
+that rescanned at each length would compare different compressions across lengths. They run with
+`--n-depths 4` where n is 4 (example e sits at depth (e mod n_depths + 0.5) / n_depths, so n4 with the
+default 8 depths would never place a needle in the second half of the context; the n2 units cover depths
+1/16 and 3/16 only).
 
 Gemma 3 270M's presses (stated before they ran): the same static units as SmolLM2's at the same budget
 (`grid --model gemma3-270m --layers all --settings chunk-S8k1-static token-S8k1-static`), every layer pressed
