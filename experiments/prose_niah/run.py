@@ -42,14 +42,17 @@ boundary (first token at residue 5, 6 or 7); the token press shows no phase effe
 
 Units at 4,096 tokens run in the model's 1,024-token regime (its layers, local window and sink): a rule
 that rescanned at each length would compare different compressions across lengths. They run with
-`--n-depths 4` where n is 4 (example e sits at depth (e mod n_depths + 0.5) / n_depths, so n4 with the
-default 8 depths would never place a needle in the second half of the context; the n2 units cover depths
-1/16 and 3/16 only).
+`--n-depths N` equal to their n (example e sits at depth (e mod n_depths + 0.5) / n_depths, so n4 with the
+default 8 depths would never place a needle in the second half of the context; the first n2 units, run
+with 8 depths, cover depths 1/16 and 3/16 only).
 
 Gemma 3 270M's presses (stated before they ran): the same static units as SmolLM2's at the same budget
 (`grid --model gemma3-270m --layers all --settings chunk-S8k1-static token-S8k1-static`), every layer pressed
 (on its sliding layers the press selects inside the 512-token window). No scan: SmolLM2's dynamic press scans
 sat at 1.00 at every candidate, and the static timing is what practitioners run. Same prediction.
+Only the chunk unit ran: a pressed Gemma prompt costs about 45 s on this machine's CPU, and the time went to
+Gemma's decode-time unit (`grid --model gemma3-270m --n 8 --anchor question --settings mean-W8S8`) instead;
+SmolLM2's token unit at this budget sat at floor.
 
 The evict rule keeps one token of each W-token window (offset W-1 by default: the positions that are 7 mod 8
 under W8/S8). After SmolLM2's evict-W8S8 unit (n8) scored 1.00 at residue 7 and at most 0.25 elsewhere, one
@@ -59,7 +62,8 @@ retrieval, the strong residue moves from 7 to 0.
 Decode time under evict (stated before these units' results were read): SmolLM2's evict-W8S8 question-anchor
 unit (n8) keeps each example's needle where it is and moves the question by 0..7 tokens; the kept positions
 are fixed by the absolute grid, so prediction: no effect of the question's phase (accuracy near the value
-anchor's mean at every residue). Evict-W8S8 at 4,096 tokens (n4, the 1k regime): the strong residue stays at 7.
+anchor's mean at every residue). Evict-W8S8 at 4,096 tokens (n2 at depths 1/4 and 3/4: a 4k prompt
+costs about 2 minutes on this machine's CPU; the 1k regime): the strong residue stays at 7.
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
