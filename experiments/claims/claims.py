@@ -26,6 +26,7 @@ from phaseinterp.measure.outputs import write_atomic
 from experiments.claims import claim_checks as checks
 from experiments.claims import claim_docs as docs
 from experiments.claims import claim_findings as findings
+from experiments.claims import claim_prose as prose
 from experiments.claims import claim_sweeps as sweeps
 from experiments.claims.claim_rows import evidence_table, interval, table
 
@@ -52,6 +53,8 @@ INPUTS = {
 }
 #: Per-run curve files of the mitigation study (dominant period and verdict per seed).
 MITIGATION_CURVES = "results/mitigations/curves"
+#: The prose needle study's unit files (finding B8), one folder per model.
+PROSE_UNITS = "results/prose_niah"
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "assets" / "results" / "claims.md"
 DEFAULT_README = ROOT / "README.md"
@@ -80,6 +83,10 @@ def load_inputs(root: Path | None = None) -> dict:
         data[key] = json.loads(path.read_text()) if path is not None and path.is_file() else None
         data["_paths"][key] = rel.removeprefix("results/")
     curves = base / MITIGATION_CURVES if base is not None else None
+    prose_dir = base / PROSE_UNITS if base is not None else None
+    data["prose_niah"] = ([json.loads(p.read_text()) for p in sorted(prose_dir.glob("*/T*.json"))]
+                          if prose_dir is not None and prose_dir.is_dir() else None)
+    data["_paths"]["prose_niah"] = PROSE_UNITS.removeprefix("results/") + "/"
     data["mitigation_curves"] = ({p.stem: json.loads(p.read_text()) for p in sorted(curves.glob("*.json"))}
                                  if curves is not None and curves.is_dir() else {})
     return data
@@ -90,7 +97,7 @@ def evaluate(data: dict) -> list[checks.Claim]:
     return [checks.claim1(data), checks.claim2(data), checks.claim3(data), checks.claim4(data), findings.claim5(data),
             findings.claim6(data), findings.exclusion(data), findings.nsa(data), findings.smollm2(data),
             findings.multi_offset(data), findings.theory_coverage(data), sweeps.variants(data),
-            sweeps.rule_sweep(data)]
+            sweeps.rule_sweep(data), prose.prose(data)]
 
 
 def members_section(data: dict) -> list[str]:

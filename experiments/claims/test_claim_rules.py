@@ -157,3 +157,28 @@ def test_claim2_counts_recomputed_from_the_rows(data):
     assert c.count == f"{sum(all(v) for v in full.values())} of {len(full)} seeds"
     assert any(f"= {margin:.2f} pp" in f for f in c.findings)
     assert c.verdict == ("holds" if all(all(v) for v in full.values()) else "does not hold")
+
+
+def _prose_unit(setting: str, accuracy: list[float], p: float, anchor: str = "value", n: int = 8) -> dict:
+    return {"model": "m", "length": 1024, "anchor": anchor, "setting": setting, "layers": "5", "n_per_residue": n,
+            "modulus": 2, "seed": 0, "task": {"n_depths": 8}, "curve": {"accuracy": accuracy},
+            "summary": {"p_value": p, "p_periodic": None, "period": 8, "worst_residue": int(np.argmin(accuracy))}}
+
+
+def test_prose_finding_counts_keeping_pooling_and_question_units_after_holm():
+    from experiments.claims.claim_prose import prose
+
+    units = [_prose_unit("evict-W8S8", [0.1, 0.9], 0.001), _prose_unit("mean-W8S8", [0.3, 0.4], 0.5),
+             _prose_unit("mean-W8S8", [0.3, 0.4], 0.5, anchor="question"), _prose_unit("none", [1.0, 1.0], 1.0),
+             _prose_unit("token-S8k1-static", [0.0, 0.0], 1.0)]
+    data = {"prose_niah": units, "_paths": {"prose_niah": "prose_niah/"}}
+    c = prose(data)
+    assert (c.verdict, c.exceptions) == ("holds", []) and "Holm across 3 units" in c.tests  # floor and 'none' set aside
+    assert c.count.startswith("1 of 1 keeping units with weak phases; 0 of 1 pooling units; 0 of 1 question")
+    # Holm over 4: 0.001 x 4 passes, 0.03 (third smallest) x 2 = 0.06 does not; a weak pooling unit is an exception
+    data["prose_niah"] = [units[0], units[1], _prose_unit("evict0-W8S8", [0.1, 0.9], 0.03),
+                          _prose_unit("score-W8S8", [0.0, 1.0], 0.001)]
+    c = prose(data)
+    assert c.verdict == "holds with exceptions" and len(c.exceptions) == 2
+    assert any("evict0-W8S8" in e and "no phase effect detected" in e for e in c.exceptions)
+    assert prose({"prose_niah": None, "_paths": {}}).verdict == claim_checks.NO_FILE

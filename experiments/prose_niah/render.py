@@ -37,18 +37,46 @@ def regime_state(u: dict[str, Any]) -> str | None:
     return "ceiling" if min(acc) == 1.0 else "floor" if max(acc) == 0.0 else None
 
 
+def superseded(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Units whose prompts a larger unit of the same setting holds (example e is drawn from seed (seed, split,
+    e), so n8's prompts are n32's first 8), by file key: the larger unit's n. They stay out of the Holm pool.
+
+    Example:
+        >>> u = {"model": "m", "length": 1024, "anchor": "value", "setting": "mean-W8S8", "layers": "5", "seed": 0,
+        ...      "task": {"n_depths": 8}}
+        >>> superseded([{**u, "n_per_residue": 8}, {**u, "n_per_residue": 32}])
+        {'m T1024 value mean-W8S8 L5 n8': 32}
+    """
+    def same(u: dict[str, Any]) -> tuple:
+        return u["model"], u["length"], u["anchor"], u["setting"], u["layers"], u["seed"], u["task"]["n_depths"]
+
+    largest: dict[tuple, int] = {}
+    for u in rows:
+        largest[same(u)] = max(largest.get(same(u), 0), u["n_per_residue"])
+    return {key(u): largest[same(u)] for u in rows if u["n_per_residue"] < largest[same(u)]}
+
+
+def holm_pool(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compressed units that can show a phase effect (neither floor nor ceiling everywhere), each setting's
+    largest only: the family Holm's correction pools."""
+    gone = superseded(rows)
+    return [u for u in rows if u["setting"] != "none" and regime_state(u) is None and key(u) not in gone]
+
+
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
     """Each compressed unit's reading after Holm across the units that can show an effect, by file key."""
     from phaseinterp.measure.pvalues import holm_adjust
 
-    testable = [u for u in rows if u["setting"] != "none" and regime_state(u) is None]
-    adjusted = holm_adjust(np.array([u["summary"]["p_value"] for u in testable], dtype=float)) if testable else []
+    pool, gone = holm_pool(rows), superseded(rows)
+    adjusted = holm_adjust(np.array([u["summary"]["p_value"] for u in pool], dtype=float)) if pool else []
     out = {}
     for u in rows:
         state = regime_state(u)
         out[key(u)] = (f"at {state} at every residue: cannot show a phase effect" if state else
+                       f"its prompts are the n{gone[key(u)]} unit's first ones (not in the Holm pool; p unadjusted)"
+                       if key(u) in gone else
                        "the uncompressed reference (not in the Holm pool)" if u["setting"] == "none" else "")
-    for u, p in zip(testable, adjusted):
+    for u, p in zip(pool, adjusted):
         s = u["summary"]
         if p < ALPHA:
             period = s["p_periodic"]
@@ -56,7 +84,7 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
                                              else f"; not explained by period {s['period']} (p = {period:.3f})")
             out[key(u)] = f"weak phases: worst r = {s['worst_residue']} (Holm p = {p:.3f}{how})"
         else:
-            out[key(u)] = f"no phase effect detected (Holm p = {p:.2f} over {len(testable)} tests)"
+            out[key(u)] = f"no phase effect detected (Holm p = {p:.2f} over {len(pool)} tests)"
     return out
 
 
@@ -114,14 +142,14 @@ def block() -> str:
     out += evict_lines(rows)
     out += knockout_lines()
     out += kept_lines()
-    testable = [u for u in rows if u["setting"] != "none" and regime_state(u) is None]
+    pool = holm_pool(rows)
     weak = [k for k, v in said.items() if v.startswith("weak")]
-    result = (f"**Result.** Across {len(testable)} compressed unit(s) that can show a phase effect (neither floor nor "
-              f"ceiling everywhere), {len(weak)} show weak phases after Holm's correction"
+    result = (f"**Result.** Across {len(pool)} compressed unit(s) that can show a phase effect (neither floor nor "
+              f"ceiling everywhere; a setting's largest unit), {len(weak)} show weak phases after Holm's correction"
               + (f": {', '.join(weak)}." if weak else "."))
     for anchor, when in (("value", "At prefill (the needle's phase)"), ("question", "At decode time (the question's phase, "
                                                                                     "needle fixed)")):
-        mine = [u for u in testable if u["anchor"] == anchor]
+        mine = [u for u in pool if u["anchor"] == anchor]
         hits = [key(u) for u in mine if said[key(u)].startswith("weak")]
         result += f" {when}: {len(hits)} of {len(mine)}."
     out = [result, "", *out, "Commands: each unit file records its own (`command`), with versions and seconds."]

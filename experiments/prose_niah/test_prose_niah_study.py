@@ -71,20 +71,21 @@ def test_a_unit_equals_a_direct_sweep_and_is_read_back_not_rerun(llama_dir, toke
     assert run.run_unit(model, str(tokenizer_dir), args, "mean-W4S4", "0-1", "value")["seconds"] == -1.0  # not rerun
 
 
-def _unit(setting: str, accuracy: list[float], p: float) -> dict:
+def _unit(setting: str, accuracy: list[float], p: float, n: int = 4) -> dict:
     summary = {"p_value": p, "p_periodic": 0.5, "period": 8, "worst_residue": int(np.argmin(accuracy)), "mean": 0.5,
                "gap_heldout_pp": 10.0, "gap_interval_pp": [1.0, 20.0]}
-    return {"model": "m", "length": 1024, "anchor": "value", "setting": setting, "layers": "0-1", "n_per_residue": 4,
-            "modulus": 2, "curve": {"accuracy": accuracy}, "summary": summary}
+    return {"model": "m", "length": 1024, "anchor": "value", "setting": setting, "layers": "0-1", "n_per_residue": n,
+            "modulus": 2, "seed": 0, "task": {"n_depths": 8}, "curve": {"accuracy": accuracy}, "summary": summary}
 
 
 def test_the_reading_corrects_for_the_pooled_tests_and_names_floor_and_ceiling():
     rows = [_unit("none", [1.0, 1.0], 1.0), _unit("mean-W8S8", [0.2, 0.9], 0.02), _unit("score-W8S8", [0.5, 0.6], 0.2),
-            _unit("chunk-S8", [1.0, 1.0], 1.0)]
-    said = render.verdicts(rows)
+            _unit("chunk-S8", [1.0, 1.0], 1.0), _unit("score-W8S8", [0.0, 1.0], 0.001, n=2)]
+    said = render.verdicts(rows)  # the n2 score unit's prompts are the n4 unit's first ones: out of the pool
     assert said[render.key(rows[0])] == said[render.key(rows[3])] == "at ceiling at every residue: cannot show a phase effect"
     assert said[render.key(rows[1])].startswith("weak phases: worst r = 0 (Holm p = 0.040")  # 2 tests: 0.02 x 2
     assert said[render.key(rows[2])] == "no phase effect detected (Holm p = 0.20 over 2 tests)"
+    assert said[render.key(rows[4])].startswith("its prompts are the n4 unit's first ones (not in the Holm pool")
 
 
 def test_the_pages_are_rendered_from_the_result_files():

@@ -1,0 +1,66 @@
+"""Finding B8: the classic needle test in real prose on real pretrained models (`experiments/prose_niah`).
+
+Reads the study's unit files (`results/prose_niah/MODEL/T*.json`) and judges them with the study's own
+reading (`experiments.prose_niah.render.verdicts`: Holm across the units that can show an effect, a
+setting's largest unit only), so this verdict and docs/prose_niah.md cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.claims.claim_checks import Claim
+from experiments.claims.claim_units import n_of
+from experiments.prose_niah.render import holm_pool, key, regime_state, verdicts
+
+#: rules that keep some cache entries whole and drop the rest (eviction, selection presses), by setting prefix
+KEEPERS = ("evict", "chunk", "token")
+
+
+def keeps(setting: str) -> bool:
+    """Whether a setting keeps some entries whole and drops the rest (eviction or a selection press).
+
+    Example:
+        >>> keeps("evict0-W8S8"), keeps("chunk-S8k1-static"), keeps("mean-W16S8")
+        (True, True, False)
+    """
+    return setting.split("-")[0].rstrip("0123456789") in KEEPERS
+
+
+def prose(data: dict) -> Claim:
+    c = Claim("B8", "Real needles in real prose",
+              "On the classic needle test (Paul Graham essays) with training-free compression of pretrained "
+              "SmolLM2-135M and Gemma 3 270M, rules that keep some entries and drop the rest (eviction, static chunk "
+              "selection) give weak phases of the needle; mean and score pooling do not, and neither does the "
+              "question's phase (decode time).",
+              "one unit per setting (model, length, anchor, rule, layers), its largest prompt set; units at floor or "
+              "ceiling at every residue cannot fail and are set aside. Each unit's permutation test of no phase effect, "
+              "Holm-corrected across all the testable units (docs/prose_niah.md). Holds when every keeping unit at "
+              "the needle's phase shows weak phases and no pooling unit and no question-phase unit does; each unit "
+              "against that is an exception")
+    units: list[dict[str, Any]] | None = data.get("prose_niah")
+    if not units:
+        return c
+    c.sources = [data["_paths"]["prose_niah"]]
+    said, pool = verdicts(units), holm_pool(units)
+
+    def weak(u: dict[str, Any]) -> bool:
+        return said[key(u)].startswith("weak")
+
+    keeping = [u for u in pool if u["anchor"] == "value" and keeps(u["setting"])]
+    pooling = [u for u in pool if u["anchor"] == "value" and not keeps(u["setting"])]
+    decode = [u for u in pool if u["anchor"] != "value"]
+    c.count = (f"{n_of(sum(map(weak, keeping)), len(keeping), 'keeping units')} with weak phases; "
+               f"{n_of(sum(map(weak, pooling)), len(pooling), 'pooling units')}; "
+               f"{n_of(sum(map(weak, decode)), len(decode), 'question-phase units')}")
+    c.exceptions = ([f"{key(u)}: {said[key(u)]}" for u in keeping if not weak(u)]
+                    + [f"{key(u)}: {said[key(u)]}" for u in pooling + decode if weak(u)])
+    c.tests = f"permutation test of no phase effect per unit, Holm across {len(pool)} units"
+    bounded = [u for u in units if u["setting"] != "none" and regime_state(u) is not None]
+    c.findings += [f"{key(u)}: {said[key(u)]}." for u in pool]
+    c.findings.append(f"Set aside: {len(bounded)} compressed unit(s) at floor or ceiling at every residue ("
+                      + (", ".join(f"{key(u)}: {regime_state(u)}" for u in bounded) or "none") + ").")
+    c.seeds.append("pretrained models (no training seeds); prompts resampled by cluster bootstrap within a unit")
+    c.verdict = ("holds" if keeping and all(map(weak, keeping)) and not c.exceptions else
+                 "holds with exceptions" if any(map(weak, keeping)) else "does not hold")
+    return c
