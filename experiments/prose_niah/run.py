@@ -3,7 +3,7 @@ chunked compression and selection presses, by phase of the needle and of the que
 
     python -m experiments.prose_niah.run scan --model smollm2              # 1. the regime (below)
     python -m experiments.prose_niah.run grid --model smollm2 --settings none mean-W8S8 ...
-    python -m experiments.prose_niah.run render                            # README + docs page from the files
+    python -m experiments.prose_niah.run render                            # README + docs page from the files, and finding B8 of the claims page
 
 The regime rule, stated before any run. "Compress every layer" scores 0% at every residue (SmolLM2,
 W8/S8 mean, 64-token local window, 4-token sink, 1k tokens), which says nothing about phase, so each
@@ -291,9 +291,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     args.argv = argv
     if args.what == "render":
+        from experiments.claims.claims import main as write_claims
         from experiments.prose_niah.render import write_pages
 
         write_pages()
+        write_claims([])  # finding B8 reads the same unit files
         return
     model, tok = load(args.model)
     if args.what == "scan":
