@@ -12,6 +12,13 @@ chunk of the value's first token instead (same budget: one chunk). (a) predicts 
 residues 0-4; (b) predicts it does not.
 
     python -m experiments.prose_niah.run kept --model smollm2 --n 4 --settings chunk-S8k1-static --layers 0-29
+
+Gemma 3 270M's static chunk press (every layer, n8) then showed SmolLM2's pattern (0.75-0.88 at residues 3
+and 4, at most 0.25 elsewhere). Prediction, stated before its kept unit ran (n2, every layer; on a sliding
+layer the oracle edits only the queries whose window holds the value's chunk): SmolLM2's reading, selection
+at residues 0-2 and budget at 5-7.
+
+    python -m experiments.prose_niah.run kept --model gemma3-270m --n 2 --settings chunk-S8k1-static --layers all
 """
 
 from __future__ import annotations
@@ -36,18 +43,27 @@ def _chunks(keep_row: torch.Tensor, candidate: torch.Tensor, S: int) -> list[int
     return sorted({int(i) // S for i in torch.nonzero(keep_row & candidate).flatten()})
 
 
-def keep_chunk(keep: torch.Tensor, prefill: int, candidate: torch.Tensor, chunk: int, S: int) -> torch.Tensor:
+def keep_chunk(keep: torch.Tensor, prefill: int, candidate: torch.Tensor, chunk: int, S: int,
+               window: int | None = None) -> torch.Tensor:
     """`keep` [batch, kv_head, query, key] with every query >= `prefill` keeping grid chunk `chunk` (its
-    `candidate` keys) in place of what the press selected; sink, local window and decoded keys unchanged.
+    `candidate` keys) in place of what the press selected; sink, local window and decoded keys unchanged. On a
+    sliding layer (`window`) only the queries that see the whole chunk are edited: the others keep the
+    press's choice (the chunk is hidden from them).
 
     Example:
         >>> keep = torch.ones(1, 1, 6, 6, dtype=torch.bool).tril()
         >>> keep_chunk(keep, 4, torch.arange(6) < 3, 0, 2)[0, 0, 4:].int().tolist()
         [[1, 1, 0, 1, 1, 0], [1, 1, 0, 1, 1, 1]]
+        >>> keep_chunk(keep, 4, torch.arange(6) < 3, 0, 2, window=5)[0, 0, 4:].int().tolist()  # query 5 sees 1..5
+        [[1, 1, 0, 1, 1, 0], [1, 1, 1, 1, 1, 1]]
     """
     keep = keep.clone()
+    t = torch.arange(keep.shape[-2], device=keep.device)
+    rows = (t >= prefill) & ((chunk * S >= t - window + 1) if window is not None else True)
     wanted = candidate & (torch.arange(keep.shape[-1], device=keep.device) // S == chunk)
-    keep[:, :, prefill:, candidate] = wanted[candidate]
+    edited = keep[:, :, rows]
+    edited[..., candidate] = wanted[candidate]
+    keep[:, :, rows] = edited
     return keep
 
 
@@ -82,8 +98,10 @@ def _prompt(model, attns: dict, batch, b: int, P: int, S: int, candidate: torch.
         return hook
 
     natural = score(_forward(model, attns, tokens, record), tokens, batch.answer_pos[b])
-    oracle = score(_forward(model, attns, tokens, lambda layer: lambda keep, hook: keep_chunk(keep, P, candidate, v // S, S)),
-                   tokens, batch.answer_pos[b])
+    def edit(layer: int):
+        return lambda keep, hook: keep_chunk(keep, P, candidate, v // S, S, attns[layer].sliding_window)
+
+    oracle = score(_forward(model, attns, tokens, edit), tokens, batch.answer_pos[b])
     chunks = [c for layer in sorted(seen) for c in seen[layer]]  # [layer x head] lists of kept chunks
     value = set(range(v, v + int((batch.answer_pos[b] >= 0).sum())))
 
