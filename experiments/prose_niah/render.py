@@ -139,6 +139,7 @@ def block() -> str:
     for (model, length, anchor), mine in groups.items():
         what = "the needle value's first token" if anchor == "value" else "the question's last token (needle fixed)"
         out += [f"**{model}, {length} tokens, residue of {what}.**", "", *unit_table(mine, said), ""]
+    out += depth_lines(rows)
     out += evict_lines(rows)
     out += knockout_lines()
     out += kept_lines()
@@ -154,6 +155,24 @@ def block() -> str:
         result += f" {when}: {len(hits)} of {len(mine)}."
     out = [result, "", *out, "Commands: each unit file records its own (`command`), with versions and seconds."]
     return "\n".join(out) + "\n"
+
+
+def depth_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The uncompressed units by depth (the classic test's axis; share of the haystack before the needle), all
+    residues pooled: where the reference itself fails, no compressed unit can succeed."""
+    out = []
+    for u in rows:
+        if u["setting"] != "none":
+            continue
+        g = u["grid"]
+        cells = []
+        for lo, hi, k, n in zip(g["edges"], g["edges"][1:], g["k"], g["n"]):
+            if sum(n):
+                cells.append(f"{lo:.2f}-{hi:.2f}: {sum(k) / sum(n):.2f} ({sum(k)} of {sum(n)} prompts)")
+        out.append(f"- {u['model']}, {u['length']} tokens, {u['anchor']} anchor, n{u['n_per_residue']}: " + "; ".join(cells))
+    if out:
+        out = ["**The uncompressed reference by depth** (all residues pooled):", "", *out, ""]
+    return out
 
 
 def evict_lines(rows: list[dict[str, Any]]) -> list[str]:
