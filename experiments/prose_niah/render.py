@@ -159,7 +159,7 @@ def block() -> str:
 
 def depth_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The uncompressed units by depth (the classic test's axis; share of the haystack before the needle), all
-    residues pooled: where the reference itself fails, no compressed unit can succeed."""
+    residues pooled: where the reference itself fails, a compressed unit's failure says nothing of phase."""
     out = []
     for u in rows:
         if u["setting"] != "none":
