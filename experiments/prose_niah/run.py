@@ -50,9 +50,9 @@ Gemma 3 270M's presses (stated before they ran): the same static units as SmolLM
 (`grid --model gemma3-270m --layers all --settings chunk-S8k1-static token-S8k1-static`), every layer pressed
 (on its sliding layers the press selects inside the 512-token window). No scan: SmolLM2's dynamic press scans
 sat at 1.00 at every candidate, and the static timing is what practitioners run. Same prediction.
-Only the chunk unit ran: a pressed Gemma prompt costs about 45 s on this machine's CPU, and the time went to
-Gemma's decode-time unit (`grid --model gemma3-270m --n 8 --anchor question --settings mean-W8S8`) instead;
-SmolLM2's token unit at this budget sat at floor.
+The chunk unit ran at n8; a pressed Gemma prompt costs about 45 s on this machine's CPU, so the time went to
+Gemma's decode-time unit (`grid --model gemma3-270m --n 8 --anchor question --settings mean-W8S8`) first and
+the token unit ran last, at n4 (SmolLM2's token unit at this budget sat at floor).
 
 The evict rule keeps one token of each W-token window (offset W-1 by default: the positions that are 7 mod 8
 under W8/S8). After SmolLM2's evict-W8S8 unit (n8) scored 1.00 at residue 7 and at most 0.25 elsewhere, one
