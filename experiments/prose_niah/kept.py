@@ -121,6 +121,7 @@ def kept_unit(model, tok, args, name: str, layers: str, results, setting, layers
     """Natural and oracle forwards of every prompt (module docstring), written to its file (read back when
     it exists)."""
     from phaseinterp.backends.presses import SelectionPress, apply_attention, pressed_layers
+    from phaseinterp.measure.outputs import write_atomic
     from phaseinterp.measure.provenance import versions
     from phaseinterp.tasks import ProseNeedle
 
@@ -150,9 +151,7 @@ def kept_unit(model, tok, args, name: str, layers: str, results, setting, layers
               "seconds": round(time.time() - start, 1), "command": "python -m experiments.prose_niah.run " + " ".join(args.argv),
               "versions": versions()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(result, indent=1) + "\n")
     return result
 
 
