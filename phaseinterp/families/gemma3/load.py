@@ -5,14 +5,14 @@ them into one 253 MB Q4_K_M GGUF file (sha256-checked) in `~/.cache/gemma3_270m_
 once: later calls find the file there and only check its hash. transformers reads the file (with
 `gguf` and `accelerate`) as a float32 `Gemma3ForCausalLM`: 18 layers (sliding-window layers of 512
 tokens interleaved 5:1 with global ones: global 5, 11, 17), 4 query heads over 1 KV head,
-head_dim 256, vocabulary 262,144, with its own tokenizer (it adds `<bos>`). Nothing is downloaded
+head_dim 256, vocabulary 262,144, with its own tokenizer (it adds `<bos>`): about a minute on one CPU
+core the first time, a few seconds after (`backends.gguf` caches the conversion). Nothing is downloaded
 (`local_files_only=True`). Compress it with `attention.compress_gemma3` and wrap it with
 `backend_for` (a `CompressedHFBackend`).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -44,10 +44,9 @@ def gemma3_270m_file() -> Path:
 
 def gemma3_270m_tokenizer() -> Any:
     """Gemma 3 270M's tokenizer (it adds `<bos>`), read offline from the assembled GGUF file."""
-    from transformers import AutoTokenizer
+    from phaseinterp.backends.gguf import load_gguf_tokenizer
 
-    path = gemma3_270m_file()
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    return load_gguf_tokenizer(gemma3_270m_file())
 
 
 def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> tuple[Any, Any]:
@@ -57,25 +56,10 @@ def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.dev
     Example:
         >>> model, tokenizer = load_gemma3_270m()  # doctest: +SKIP
     """
-    path = gemma3_270m_file()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the GGUF conversion's notices and progress bars, for the load only
-    hf_logging.disable_progress_bar()
-    bar = gguf_utils.tqdm
-    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    from phaseinterp.backends.gguf import load_gguf_model, load_gguf_tokenizer
     from phaseinterp.families.gemma3 import attention  # noqa: F401  (registers the wrapper compress_attention uses)
 
-    try:
-        folder, name = str(path.parent), path.name
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype, local_files_only=True,
-                                                     attn_implementation="eager")
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
-        gguf_utils.tqdm = bar
+    path = gemma3_270m_file()
+    tokenizer = load_gguf_tokenizer(path)
+    model = load_gguf_model(path, dtype=dtype, attn_implementation="eager")
     return model.to(device).eval(), tokenizer

@@ -1,0 +1,89 @@
+"""The converted-GGUF cache: where it lives, how it is keyed, that it is written atomically and never fatal,
+and (on SmolLM2's real file) that a cached load is the GGUF load, bit for bit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from phaseinterp.backends import gguf
+
+
+def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(gguf.CACHE_ENV, str(tmp_path / "c"))
+    assert gguf.cache_root() == tmp_path / "c"
+    for off in ("off", "OFF", "0", ""):
+        monkeypatch.setenv(gguf.CACHE_ENV, off)
+        assert gguf.cache_root() is None
+        assert gguf.cache_dir(Path(__file__)) is None
+    monkeypatch.delenv(gguf.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert gguf.cache_root() == tmp_path / "xdg" / "phaseinterp"
+
+
+def test_a_rewritten_file_gets_a_new_cache_entry(monkeypatch, tmp_path):
+    monkeypatch.setenv(gguf.CACHE_ENV, str(tmp_path / "c"))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"1234")
+    first = gguf.cache_dir(f)
+    assert first.parent == tmp_path / "c" / "gguf" and first.name.startswith("m-")
+    assert gguf.cache_dir(f) == first
+    os.utime(f, ns=(1, 1))
+    assert gguf.cache_dir(f) != first
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)).eval()
+
+
+def test_a_saved_model_reloads_identically_and_only_a_finished_folder_counts(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model, folder = tiny_llama(), tmp_path / "entry"
+    assert not gguf._complete(folder, "model")
+    gguf._save(folder, "model", model)
+    assert gguf._complete(folder, "model") and not gguf._complete(folder, "tokenizer")
+    assert [p.name for p in tmp_path.iterdir()] == ["entry"]  # the temporary folder is gone
+    again = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+    ids = torch.tensor([[1, 5, 7, 3]])
+    assert torch.equal(model(ids).logits, again(ids).logits)
+    (folder / "model.done").unlink()  # a folder without its marker (a killed writer) is not read
+    assert not gguf._complete(folder, "model")
+
+
+def test_an_unwritable_cache_warns_and_loading_goes_on(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.warns(UserWarning, match="could not cache the converted GGUF model"):
+        gguf._save(blocker / "entry", "model", tiny_llama())
+    assert blocker.read_text() == "not a folder"
+
+
+def test_smollm2_from_the_cache_is_the_gguf_load(monkeypatch, tmp_path):
+    from phaseinterp.backends.smollm2 import GGUF_FILE, smollm2_dir
+
+    try:
+        path = Path(smollm2_dir()) / GGUF_FILE
+    except ImportError as err:
+        pytest.skip(str(err))
+    monkeypatch.setenv(gguf.CACHE_ENV, str(tmp_path))
+    torch.set_num_threads(1)
+    fresh, fresh_tok = gguf.load_gguf_model(path), gguf.load_gguf_tokenizer(path)  # converts and writes the cache
+    assert gguf._complete(gguf.cache_dir(path), "model") and gguf._complete(gguf.cache_dir(path), "tokenizer")
+    cached, cached_tok = gguf.load_gguf_model(path), gguf.load_gguf_tokenizer(path)
+    a, b = fresh.state_dict(), cached.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert cached.lm_head.weight.data_ptr() == cached.model.embed_tokens.weight.data_ptr()  # still tied
+    text = "<|im_start|>user\nThe special magic number is 8735.<|im_end|>"
+    assert fresh_tok(text).input_ids == cached_tok(text).input_ids
+    assert fresh_tok.bos_token_id == cached_tok.bos_token_id and fresh_tok.eos_token_id == cached_tok.eos_token_id
+    half = gguf.load_gguf_model(path, dtype=torch.bfloat16)
+    assert half.dtype == torch.bfloat16
+    assert torch.equal(half.model.embed_tokens.weight, fresh.model.embed_tokens.weight.to(torch.bfloat16))
