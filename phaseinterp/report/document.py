@@ -1,7 +1,8 @@
 """A self-contained HTML report: titled sections of text, tables and plotly figures, offline.
 
 Plotly's JavaScript is embedded once; every figure after the first reuses it, so the report opens
-in a browser with no network.
+in a browser with no network. Figures get ids by position (plotly's own are random), so the same
+sections render to the same bytes and a re-rendered page changes only where its results did.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Section:
 
 
 def render(sections: list[Section], title: str, provenance: dict[str, Any]) -> str:
-    parts, include_js = [], True
+    parts, include_js, n_figures = [], True, 0
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
@@ -39,7 +40,8 @@ def render(sections: list[Section], title: str, provenance: dict[str, Any]) -> s
         for table in section.tables:
             parts.append(table.to_html(index=False, float_format=lambda x: f"{x:.3g}", border=0, classes="table"))
         for fig in section.figures:
-            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include_js))
+            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include_js, div_id=f"figure-{n_figures}"))
+            n_figures += 1
             include_js = False
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
