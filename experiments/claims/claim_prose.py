@@ -11,7 +11,7 @@ from typing import Any
 
 from experiments.claims.claim_checks import Claim
 from experiments.claims.claim_units import n_of
-from experiments.prose_niah.render import holm_pool, key, regime_state, verdicts
+from experiments.prose_niah.render import holm_pool, informative, key, powerless, regime_state, superseded, verdicts
 
 #: rules that keep some cache entries whole and drop the rest (eviction, selection presses), by setting prefix
 KEEPERS = ("evict", "chunk", "token")
@@ -34,7 +34,8 @@ def prose(data: dict) -> Claim:
               "selection) give weak phases of the needle; mean and score pooling do not, and neither does the "
               "question's phase (decode time).",
               "one unit per setting (model, length, anchor, rule, layers), its largest prompt set; units at floor or "
-              "ceiling at every residue cannot fail and are set aside. Each unit's permutation test of no phase effect, "
+              "ceiling at every residue, or whose outcomes could not reach p < 0.05 however they fell across residues "
+              "(Tarone's rule), cannot fail and are set aside. Each unit's permutation test of no phase effect, "
               "Holm-corrected across all the testable units (docs/prose_niah.md). Holds when every keeping unit at "
               "the needle's phase shows weak phases and no pooling unit and no question-phase unit does; each unit "
               "against that is an exception")
@@ -50,16 +51,24 @@ def prose(data: dict) -> Claim:
     keeping = [u for u in pool if u["anchor"] == "value" and keeps(u["setting"])]
     pooling = [u for u in pool if u["anchor"] == "value" and not keeps(u["setting"])]
     decode = [u for u in pool if u["anchor"] != "value"]
+    gone = superseded(units)
+    unmoved = [u for u in units if u["anchor"] != "value" and u["setting"] != "none" and key(u) not in gone
+               and regime_state(u) is None and informative(u)[0] == 0]
     c.count = (f"{n_of(sum(map(weak, keeping)), len(keeping), 'keeping units')} with weak phases; "
                f"{n_of(sum(map(weak, pooling)), len(pooling), 'pooling units')}; "
-               f"{n_of(sum(map(weak, decode)), len(decode), 'question-phase units')}")
+               f"{n_of(sum(map(weak, decode)), len(decode), 'question-phase units')}"
+               + (f" (in {len(unmoved)} more, the question's phase changed no answer)" if unmoved else ""))
     c.exceptions = ([f"{key(u)}: {said[key(u)]}" for u in keeping if not weak(u)]
                     + [f"{key(u)}: {said[key(u)]}" for u in pooling + decode if weak(u)])
     c.tests = f"permutation test of no phase effect per unit, Holm across {len(pool)} units"
     bounded = [u for u in units if u["setting"] != "none" and regime_state(u) is not None]
+    weak_tests = [u for u in units if u["setting"] != "none" and regime_state(u) is None and key(u) not in gone
+                  and powerless(u)]
     c.findings += [f"{key(u)}: {said[key(u)]}." for u in pool]
     c.findings.append(f"Set aside: {len(bounded)} compressed unit(s) at floor or ceiling at every residue ("
-                      + (", ".join(f"{key(u)}: {regime_state(u)}" for u in bounded) or "none") + ").")
+                      + (", ".join(f"{key(u)}: {regime_state(u)}" for u in bounded) or "none") + "); "
+                      f"{len(weak_tests)} without power (" + ("; ".join(f"{key(u)}: {powerless(u)}" for u in weak_tests)
+                                                             or "none") + ").")
     c.seeds.append("pretrained models (no training seeds); prompts resampled by cluster bootstrap within a unit")
     c.verdict = ("holds" if keeping and all(map(weak, keeping)) and not c.exceptions else
                  "holds with exceptions" if any(map(weak, keeping)) else "does not hold")

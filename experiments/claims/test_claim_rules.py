@@ -159,9 +159,15 @@ def test_claim2_counts_recomputed_from_the_rows(data):
     assert c.verdict == ("holds" if all(all(v) for v in full.values()) else "does not hold")
 
 
-def _prose_unit(setting: str, accuracy: list[float], p: float, anchor: str = "value", n: int = 8) -> dict:
+def _prose_unit(setting: str, accuracy: list[float], p: float, anchor: str = "value", n: int = 8,
+                moved: bool = True) -> dict:
+    """Its rows: 8 examples, each right at residue 1 only (a test that could reach p < 0.05), or (`moved=False`)
+    examples 0-3 right at both residues and 4-7 wrong at both (the phase changed no answer: no test possible)."""
+    correct = [False, True] * 8 if moved else [e < 4 for e in range(8) for _ in (0, 1)]
+    curve = {"accuracy": accuracy, "modulus": 2, "residue": [0, 1] * 8, "correct": correct,
+             "example_id": [e for e in range(8) for _ in (0, 1)], "n_perm": 1000, "seed": 0}
     return {"model": "m", "length": 1024, "anchor": anchor, "setting": setting, "layers": "5", "n_per_residue": n,
-            "modulus": 2, "seed": 0, "task": {"n_depths": 8}, "curve": {"accuracy": accuracy},
+            "modulus": 2, "seed": 0, "task": {"n_depths": 8}, "curve": curve,
             "summary": {"p_value": p, "p_periodic": None, "period": 8, "worst_residue": int(np.argmin(accuracy))}}
 
 
@@ -175,6 +181,9 @@ def test_prose_finding_counts_keeping_pooling_and_question_units_after_holm():
     c = prose(data)
     assert (c.verdict, c.exceptions) == ("holds", []) and "Holm across 3 units" in c.tests  # floor and 'none' set aside
     assert c.count.startswith("1 of 1 keeping units with weak phases; 0 of 1 pooling units; 0 of 1 question")
+    data["prose_niah"] = units + [_prose_unit("evict-W8S8", [0.5, 0.5], 1.0, anchor="question", moved=False)]
+    c = prose(data)  # a question unit where no answer changed: out of the Holm family, counted apart
+    assert "Holm across 3 units" in c.tests and c.count.endswith("(in 1 more, the question's phase changed no answer)")
     # Holm over 4: 0.001 x 4 passes, 0.03 (third smallest) x 2 = 0.06 does not; a weak pooling unit is an exception
     data["prose_niah"] = [units[0], units[1], _prose_unit("evict0-W8S8", [0.1, 0.9], 0.03),
                           _prose_unit("score-W8S8", [0.0, 1.0], 0.001)]

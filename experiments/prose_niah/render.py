@@ -4,7 +4,11 @@ page with the phase curves and depth x phase grids (assets/results/prose_niah/pr
 
 The answer to "weak phases?" pools every compressed unit's permutation test of "no phase effect", so it
 is read after Holm's correction across them (`measure.pvalues.holm_adjust`); a unit at floor or ceiling
-at every residue cannot show a phase effect and is named as such, not counted as "no effect".
+at every residue cannot show a phase effect and is named as such, not counted as "no effect", and so is a
+unit whose outcomes could not reach p < 0.05 however they fell across residues (the test conditions on each
+example's count of right answers: one example right at one residue gives p = 1 whatever the model did).
+Leaving those out of the Holm family is Tarone's rule (1990): a test that cannot reject cannot make a false
+rejection, and which tests cannot is decided by the counts the tests condition on.
 """
 
 from __future__ import annotations
@@ -37,6 +41,37 @@ def regime_state(u: dict[str, Any]) -> str | None:
     return "ceiling" if min(acc) == 1.0 else "floor" if max(acc) == 0.0 else None
 
 
+def attainable(u: dict[str, Any]) -> float:
+    """The smallest p-value a unit's permutation test could give with its outcomes (it conditions on each
+    example's count of right answers; `measure.permutation.attainable_p`)."""
+    from phaseinterp.measure.permutation import attainable_p
+
+    c = u["curve"]
+    correct, residue, example = (np.array(c[k]) for k in ("correct", "residue", "example_id"))
+    return attainable_p(correct, residue, example, c["modulus"], n_perm=c["n_perm"], seed=c["seed"])
+
+
+def informative(u: dict[str, Any]) -> tuple[int, int]:
+    """(examples right at some residues and wrong at others, examples): only the first can move the test."""
+    c = u["curve"]
+    example, correct = np.array(c["example_id"]), np.array(c["correct"])
+    right, rows = np.bincount(example, weights=correct), np.bincount(example)
+    return int(((right > 0) & (right < rows)).sum()), len(rows)
+
+
+def powerless(u: dict[str, Any]) -> str | None:
+    """Why a unit's test cannot reach p < ALPHA however its outcomes fell across residues, else None."""
+    best = attainable(u)
+    if best < ALPHA:
+        return None
+    moved, examples = informative(u)
+    if moved == 0:
+        return (f"the phase changed no answer: each of {examples} examples right at every residue or wrong at every "
+                "one (no test possible; not in the Holm pool)")
+    return (f"no power: {moved} of {examples} examples right at some residues and wrong at others, so the "
+            f"smallest attainable p is {best:.2f} (not in the Holm pool)")
+
+
 def superseded(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Units whose prompts a larger unit of the same setting holds (example e is drawn from seed (seed, split,
     e), so n8's prompts are n32's first 8), by file key: the larger unit's n. They stay out of the Holm pool.
@@ -57,10 +92,12 @@ def superseded(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def holm_pool(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The compressed units that can show a phase effect (neither floor nor ceiling everywhere), each setting's
-    largest only: the family Holm's correction pools."""
+    """The compressed units that can show a phase effect (neither floor nor ceiling everywhere, and outcomes that
+    could reach p < ALPHA: Tarone's rule, a test that cannot reject does not count against the others), each
+    setting's largest only: the family Holm's correction pools."""
     gone = superseded(rows)
-    return [u for u in rows if u["setting"] != "none" and regime_state(u) is None and key(u) not in gone]
+    return [u for u in rows if u["setting"] != "none" and regime_state(u) is None and key(u) not in gone
+            and powerless(u) is None]
 
 
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -75,7 +112,8 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
         out[key(u)] = (f"at {state} at every residue: cannot show a phase effect" if state else
                        f"its prompts are the n{gone[key(u)]} unit's first ones (not in the Holm pool; p unadjusted)"
                        if key(u) in gone else
-                       "the uncompressed reference (not in the Holm pool)" if u["setting"] == "none" else "")
+                       "the uncompressed reference (not in the Holm pool)" if u["setting"] == "none" else
+                       powerless(u) or "")
     for u, p in zip(pool, adjusted):
         s = u["summary"]
         if p < ALPHA:
@@ -84,8 +122,10 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
                                              else f"; not explained by period {s['period']} (p = {period:.3f})")
             out[key(u)] = f"weak phases: worst r = {s['worst_residue']} (Holm p = {p:.3f}{how})"
         else:
-            out[key(u)] = f"no phase effect detected (Holm p = {p:.2f} over {len(pool)} tests)"
+            shown = f"{p:.2f}" if p >= 0.1 else f"{p:.3f}"  # 0.054 is not "0.05"
+            out[key(u)] = f"no phase effect detected (Holm p = {shown} over {len(pool)} tests)"
     return out
+
 
 
 def key(u: dict[str, Any]) -> str:
@@ -146,7 +186,7 @@ def block() -> str:
     pool = holm_pool(rows)
     weak = [k for k, v in said.items() if v.startswith("weak")]
     result = (f"**Result.** Across {len(pool)} compressed unit(s) that can show a phase effect (neither floor nor "
-              f"ceiling everywhere; a setting's largest unit), {len(weak)} show weak phases after Holm's correction"
+              f"ceiling everywhere, outcomes that could reach p < {ALPHA}; a setting's largest unit), {len(weak)} show weak phases after Holm's correction"
               + (f": {', '.join(weak)}." if weak else "."))
     for anchor, when in (("value", "At prefill (the needle's phase)"), ("question", "At decode time (the question's phase, "
                                                                                     "needle fixed)")):

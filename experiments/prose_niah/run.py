@@ -74,6 +74,11 @@ are fixed by the absolute grid, so prediction: no effect of the question's phase
 anchor's mean at every residue). Evict-W8S8 at 4,096 tokens (n2 at depths 1/4 and 3/4: a 4k prompt
 costs about 2 minutes on this machine's CPU; the 1k regime): the strong residue stays at 7.
 
+Amended after these units' results were read (2026-12-07): a unit whose outcomes could not reach p < 0.05
+however they fell across residues (`render.powerless`: the permutation test conditions on each example's count
+of right answers) leaves the Holm family and reads "no power" (Tarone's rule); before, such units counted as
+"no phase effect" and each one raised the others' corrected p-values.
+
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
 under runs/prose_niah/ keeps finished minibatches). Accuracy is teacher-forced exact match of every

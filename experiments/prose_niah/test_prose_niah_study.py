@@ -71,11 +71,15 @@ def test_a_unit_equals_a_direct_sweep_and_is_read_back_not_rerun(llama_dir, toke
     assert run.run_unit(model, str(tokenizer_dir), args, "mean-W4S4", "0-1", "value")["seconds"] == -1.0  # not rerun
 
 
-def _unit(setting: str, accuracy: list[float], p: float, n: int = 4) -> dict:
+def _unit(setting: str, accuracy: list[float], p: float, n: int = 4, examples: int = 8) -> dict:
+    """A unit file's fields the reading uses; its rows: `examples` examples, each right at residue 1 only (so
+    its test could reach p < 0.05 with 8 examples, not with 2)."""
     summary = {"p_value": p, "p_periodic": 0.5, "period": 8, "worst_residue": int(np.argmin(accuracy)), "mean": 0.5,
                "gap_heldout_pp": 10.0, "gap_interval_pp": [1.0, 20.0]}
+    curve = {"accuracy": accuracy, "modulus": 2, "residue": [0, 1] * examples, "correct": [False, True] * examples,
+             "example_id": [e for e in range(examples) for _ in (0, 1)], "n_perm": 1000, "seed": 0}
     return {"model": "m", "length": 1024, "anchor": "value", "setting": setting, "layers": "0-1", "n_per_residue": n,
-            "modulus": 2, "seed": 0, "task": {"n_depths": 8}, "curve": {"accuracy": accuracy}, "summary": summary}
+            "modulus": 2, "seed": 0, "task": {"n_depths": 8}, "curve": curve, "summary": summary}
 
 
 def test_the_reading_corrects_for_the_pooled_tests_and_names_floor_and_ceiling():
@@ -86,6 +90,16 @@ def test_the_reading_corrects_for_the_pooled_tests_and_names_floor_and_ceiling()
     assert said[render.key(rows[1])].startswith("weak phases: worst r = 0 (Holm p = 0.040")  # 2 tests: 0.02 x 2
     assert said[render.key(rows[2])] == "no phase effect detected (Holm p = 0.20 over 2 tests)"
     assert said[render.key(rows[4])].startswith("its prompts are the n4 unit's first ones (not in the Holm pool")
+
+
+def test_a_unit_whose_outcomes_cannot_reach_significance_leaves_the_holm_pool():
+    rows = [_unit("mean-W8S8", [0.2, 0.9], 0.02), _unit("score-W8S8", [0.5, 0.6], 0.2),
+            _unit("evict-W8S8", [0.0, 1.0], 0.25, examples=2)]  # 2 informative examples: p >= 2/4 at best
+    assert render.attainable(rows[2]) >= 0.25 and render.attainable(rows[0]) < 0.01
+    said = render.verdicts(rows)
+    assert said[render.key(rows[2])].startswith("no power: 2 of 2 examples right at some residues and wrong at others")
+    assert said[render.key(rows[0])].startswith("weak phases: worst r = 0 (Holm p = 0.040")  # 2 tests, not 3
+    assert render.holm_pool(rows) == rows[:2]
 
 
 def test_the_pages_are_rendered_from_the_result_files():

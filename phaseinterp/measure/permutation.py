@@ -75,3 +75,28 @@ def permutation_test(correct: Bool[np.ndarray, " row"], residue: Int[np.ndarray,
                          minlength=b * modulus).reshape(b, modulus)
         exceed += int((_statistic(Kb, n, reference) >= observed * (1 - 1e-12) - 1e-15).sum())
     return (1 + exceed) / (1 + n_perm)
+
+
+def attainable_p(correct: np.ndarray, residue: np.ndarray, cluster: np.ndarray, modulus: int, *,
+                 n_perm: int = 2000, seed: int = 0) -> float:
+    """The smallest p-value `permutation_test` could give with these examples' outcomes: the test conditions on
+    each example's number of correct rows, so rearrange them as unevenly as they can be (every example's correct
+    rows on its lowest residues, the same residues for all) and test that. At or above alpha, the unit has no power
+    to show a phase effect whatever the model did: e.g. one example right at one residue and wrong at the others
+    (its statistic does not move under any permutation) gives p = 1.
+
+    Example:
+        >>> residue, cluster = np.tile(np.arange(8), 2), np.repeat([0, 1], 8)
+        >>> attainable_p(residue == 7, residue, cluster, 8, n_perm=200)  # one right row per example
+        0.1...
+        >>> attainable_p(np.r_[np.zeros(15, bool), True], residue, cluster, 8, n_perm=200)
+        1.0
+    """
+    correct, residue, cluster = np.asarray(correct, bool), np.asarray(residue), np.asarray(cluster)
+    aligned = np.zeros_like(correct)
+    for c in np.unique(cluster):
+        rows = np.flatnonzero(cluster == c)
+        rows = rows[np.argsort(residue[rows], kind="stable")]
+        aligned[rows[: int(correct[rows].sum())]] = True
+    return permutation_test(aligned, residue.astype(np.int64), cluster.astype(np.int64), modulus, n_perm=n_perm,
+                            seed=seed)
