@@ -63,10 +63,10 @@ Units grown to n32 (stated before they ran; each n8 unit's prompts are its n32 u
 n32 unit enters the Holm family): SmolLM2's static chunk press (`grid --model smollm2 --n 32 --layers 0-29
 --settings chunk-S8k1-static`; prediction: weak at residues 0-2 and 5-7, strong at 3-4, as at n8) and
 evict0-W8S8 (`grid --model smollm2 --n 32 --settings evict0-W8S8`; prediction: the strongest residue is 0).
-Queued behind them, in this order: Gemma's static chunk press (`--layers all`; prediction as at n8: weak at
-0-2 and 5-7) and Gemma's evict-W8S8 (no prediction: its n8 unit showed no effect, Holm p = 0.71), SmolLM2's
-decode-time evict unit (`--anchor question`; prediction: no effect of the question's phase), then SmolLM2's
-score-W8S8 and mean-W16S8 (prediction: no effect, as at n8).
+Queued behind them: SmolLM2's decode-time evict unit (`--anchor question`; prediction: no effect of the question's
+phase), Gemma's static chunk press (`--layers all`; prediction as at n8: weak at 0-2 and 5-7), SmolLM2's
+score-W8S8 and mean-W16S8 (prediction: no effect, as at n8), and Gemma's evict-W8S8 (no prediction: its n8
+unit showed no effect, Holm p = 0.71 over 15 tests then).
 
 Decode time under evict (stated before these units' results were read): SmolLM2's evict-W8S8 question-anchor
 unit (n8) keeps each example's needle where it is and moves the question by 0..7 tokens; the kept positions
