@@ -84,10 +84,10 @@ def _save(folder: Path, what: str, obj: Any) -> None:
             save_model(obj, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         else:
             obj.save_pretrained(str(tmp))
-        (tmp / f"{what}.done").write_text("complete\n")
-        folder.mkdir(parents=True, exist_ok=True)
         marker = tmp / f"{what}.done"
-        for item in [*(i for i in tmp.iterdir() if i != marker), marker]:  # the marker last: a partial folder never reads as done
+        marker.write_text("complete\n")
+        folder.mkdir(parents=True, exist_ok=True)
+        for item in [*(i for i in tmp.iterdir() if i != marker), marker]:  # the marker last: never a partial entry
             os.replace(item, folder / item.name)
         tmp.rmdir()
     except OSError as err:
