@@ -127,7 +127,6 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-
 def key(u: dict[str, Any]) -> str:
     return f"{u['model']} T{u['length']} {u['anchor']} {u['setting']} L{u['layers']} n{u['n_per_residue']}"
 
