@@ -11,7 +11,7 @@ from typing import Any
 
 from experiments.claims.claim_checks import Claim
 from experiments.claims.claim_units import n_of
-from experiments.prose_niah.render import holm_pool, informative, key, powerless, regime_state, superseded, verdicts
+from experiments.prose_niah.render import candidates, holm_pool, informative, key, regime_state, verdicts
 
 #: rules that keep some cache entries whole and drop the rest (eviction, selection presses), by setting prefix
 KEEPERS = ("evict", "chunk", "token")
@@ -51,9 +51,8 @@ def prose(data: dict) -> Claim:
     keeping = [u for u in pool if u["anchor"] == "value" and keeps(u["setting"])]
     pooling = [u for u in pool if u["anchor"] == "value" and not keeps(u["setting"])]
     decode = [u for u in pool if u["anchor"] != "value"]
-    gone = superseded(units)
-    unmoved = [u for u in units if u["anchor"] != "value" and u["setting"] != "none" and key(u) not in gone
-               and regime_state(u) is None and informative(u)[0] == 0]
+    set_aside = [u for u in candidates(units) if u not in pool]  # no power (Tarone)
+    unmoved = [u for u in set_aside if u["anchor"] != "value" and informative(u)[0] == 0]
     c.count = (f"{n_of(sum(map(weak, keeping)), len(keeping), 'keeping units')} with weak phases; "
                f"{n_of(sum(map(weak, pooling)), len(pooling), 'pooling units')}; "
                f"{n_of(sum(map(weak, decode)), len(decode), 'question-phase units')}"
@@ -62,12 +61,10 @@ def prose(data: dict) -> Claim:
                     + [f"{key(u)}: {said[key(u)]}" for u in pooling + decode if weak(u)])
     c.tests = f"permutation test of no phase effect per unit, Holm across {len(pool)} units"
     bounded = [u for u in units if u["setting"] != "none" and regime_state(u) is not None]
-    weak_tests = [u for u in units if u["setting"] != "none" and regime_state(u) is None and key(u) not in gone
-                  and powerless(u)]
     c.findings += [f"{key(u)}: {said[key(u)]}." for u in pool]
     c.findings.append(f"Set aside: {len(bounded)} compressed unit(s) at floor or ceiling at every residue ("
                       + (", ".join(f"{key(u)}: {regime_state(u)}" for u in bounded) or "none") + "); "
-                      f"{len(weak_tests)} without power (" + ("; ".join(f"{key(u)}: {powerless(u)}" for u in weak_tests)
+                      f"{len(set_aside)} without power (" + ("; ".join(f"{key(u)}: {said[key(u)]}" for u in set_aside)
                                                              or "none") + ").")
     c.seeds.append("pretrained models (no training seeds); prompts resampled by cluster bootstrap within a unit")
     c.verdict = ("holds" if keeping and all(map(weak, keeping)) and not c.exceptions else

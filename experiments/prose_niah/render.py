@@ -91,13 +91,16 @@ def superseded(rows: list[dict[str, Any]]) -> dict[str, int]:
     return {key(u): largest[same(u)] for u in rows if u["n_per_residue"] < largest[same(u)]}
 
 
-def holm_pool(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The compressed units that can show a phase effect (neither floor nor ceiling everywhere, and outcomes that
-    could reach p < ALPHA: Tarone's rule, a test that cannot reject does not count against the others), each
-    setting's largest only: the family Holm's correction pools."""
+def candidates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compressed units neither at floor nor ceiling everywhere, each setting's largest only."""
     gone = superseded(rows)
-    return [u for u in rows if u["setting"] != "none" and regime_state(u) is None and key(u) not in gone
-            and powerless(u) is None]
+    return [u for u in rows if u["setting"] != "none" and regime_state(u) is None and key(u) not in gone]
+
+
+def holm_pool(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates whose outcomes could reach p < ALPHA (Tarone's rule: a test that cannot reject does not
+    count against the others): the family Holm's correction pools."""
+    return [u for u in candidates(rows) if powerless(u) is None]
 
 
 def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -185,7 +188,8 @@ def block() -> str:
     pool = holm_pool(rows)
     weak = [k for k, v in said.items() if v.startswith("weak")]
     result = (f"**Result.** Across {len(pool)} compressed unit(s) that can show a phase effect (neither floor nor "
-              f"ceiling everywhere, outcomes that could reach p < {ALPHA}; a setting's largest unit), {len(weak)} show weak phases after Holm's correction"
+              f"ceiling everywhere, outcomes that could reach p < {ALPHA}; a setting's largest unit), {len(weak)} show "
+              "weak phases after Holm's correction"
               + (f": {', '.join(weak)}." if weak else "."))
     for anchor, when in (("value", "At prefill (the needle's phase)"), ("question", "At decode time (the question's phase, "
                                                                                     "needle fixed)")):

@@ -30,7 +30,7 @@ class Section:
 
 
 def render(sections: list[Section], title: str, provenance: dict[str, Any]) -> str:
-    parts, include_js, n_figures = [], True, 0
+    parts, n_figures = [], 0
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
@@ -40,9 +40,8 @@ def render(sections: list[Section], title: str, provenance: dict[str, Any]) -> s
         for table in section.tables:
             parts.append(table.to_html(index=False, float_format=lambda x: f"{x:.3g}", border=0, classes="table"))
         for fig in section.figures:
-            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include_js, div_id=f"figure-{n_figures}"))
+            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=n_figures == 0, div_id=f"figure-{n_figures}"))
             n_figures += 1
-            include_js = False
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
         "table.table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
