@@ -37,3 +37,11 @@ def test_the_cost_sentences_are_the_result_files_numbers(name, sentences):
     for template, fields in sentences:
         want = template.format(**{k: fmt(*v) for k, v in fields.items()})
         assert want in page, f"docs/interventions.md does not say {want!r} ({name})"
+
+
+def test_the_static_press_sentence_is_the_result_files_numbers():
+    got = json.loads((RESULTS / "static_press.json").read_text())
+    page = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    ratio = got["ratio_to_uncompressed"]
+    want = f"{ratio['dense']:.2f}x and {ratio['fused']:.2f}x, {got['max_abs_logit_difference']:.1e}"
+    assert got["same_answers"] and want in page, f"docs/performance.md does not say {want!r} (static_press.json)"

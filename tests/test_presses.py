@@ -116,11 +116,13 @@ def gemma():
 
 @pytest.mark.parametrize("kind", ["chunk", "token"])
 @pytest.mark.parametrize("which, layer", [("qwen3", 1), ("gemma3", 2), ("gemma3", 1)])
-@pytest.mark.parametrize("prefill", [None, 30])
-def test_equals_the_plain_reference(model, gemma, tokens, kind, which, layer, prefill):
+@pytest.mark.parametrize("prefill, read", [(None, "keep"), (30, "keep"), (30, "z"), (T, "z")])
+def test_equals_the_plain_reference(model, gemma, tokens, kind, which, layer, prefill, read):
     """Qwen3, Gemma 3's global layer 2 (QK-norm, its own scaling and RoPE) and its sliding layer 1
     (window 8 < T: the window cuts scores, candidates, sink and local window); dynamic selection and
-    a static press (prompt 0..29 prefilled, compressed by the attention of its last 3 queries)."""
+    a static press (prompt 0..29 prefilled, compressed by the attention of its last 3 queries), the
+    latter also with nothing reading `hook_keep` (no T x T tensors built) and with the whole row as
+    the prompt (nothing compressed)."""
     model = model if which == "qwen3" else gemma
     tokens = tokens % model.config.vocab_size
     press = SelectionPress(kind, chunk=4, budget=2, local=5, sink=2, layers=(layer,), prefill=prefill, observe=3)
@@ -130,17 +132,22 @@ def test_equals_the_plain_reference(model, gemma, tokens, kind, which, layer, pr
         z_ref, keep_ref = _reference(original, x, pe, press)
     press_attention(model, press)
     try:
-        got, handles = _capture(model, layer, ["hook_z", "hook_keep"])
+        got, handles = _capture(model, layer, ["hook_z"] + (["hook_keep"] if read == "keep" else []))
+        assert pressed_layers(model)[layer].materializes() == (read == "keep")
         with torch.no_grad():
             model(input_ids=tokens, use_cache=False)
         for h in handles:
             h.remove()
     finally:
         restore_presses(model)
-    assert torch.equal(got["hook_keep"], keep_ref)
+    if read == "keep":
+        assert torch.equal(got["hook_keep"], keep_ref)
     torch.testing.assert_close(got["hook_z"], z_ref, atol=1e-5, rtol=1e-4)
-    # the press dropped something (else this test would not test selection)
-    assert (~keep_ref & torch.ones(T, T, dtype=torch.bool).tril()).any()
+    # the press dropped a key the query sees (else this test would not test selection), unless nothing is
+    # decoded, or on the sliding layer by token: its 8-token window holds 3 candidates, fewer than the budget
+    window = getattr(original, "sliding_window", None) or T
+    seen = torch.ones(T, T, dtype=torch.bool).tril() & ~torch.ones(T, T, dtype=torch.bool).tril(-window)
+    assert (~keep_ref & seen).any() == (prefill != T and not (kind == "token" and window < T))
 
 
 @pytest.mark.parametrize("press", [SelectionPress("token", 4, 100, local=3, sink=1),

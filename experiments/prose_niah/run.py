@@ -79,6 +79,11 @@ however they fell across residues (`render.powerless`: the permutation test cond
 of right answers) leaves the Holm family and reads "no power" (Tarone's rule); before, such units counted as
 "no phase effect" and each one raised the others' corrected p-values.
 
+Static presses run fused from 2026-12-07 (`PressedLlamaAttention.materializes`: the prompt's queries through
+fused attention, no T x T kept sets; the same answers and logits within float32 summation error,
+`benchmarks/static_press.json`). SmolLM2's chunk-S8k1-static n32 unit was under way: its minibatches 0-70 ran
+the dense path, 71-127 the fused one (its journal under runs/prose_niah/ keeps each minibatch).
+
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
 under runs/prose_niah/ keeps finished minibatches). Accuracy is teacher-forced exact match of every

@@ -38,7 +38,10 @@ Hook points (TransformerLens `HookPoint`s, under `blocks.{l}.attn.` like the com
 `hook_k`, `hook_v` [batch, pos, kv_head, d_head] (keys before RoPE, values), `hook_keep` [batch,
 kv_head, pos, key] (bool: what query pos keeps; editable, the attention reads the edited set),
 `hook_pattern` [batch, head, pos, key] (key axis: positions 0..T-1, zero where not kept), `hook_z`
-[batch, pos, head, d_head]. Scores are dense T x T (prompts of a few thousand tokens on CPU).
+[batch, pos, head, d_head]. Dynamic selection scores every query over every key (dense T x T: prompts
+of a few thousand tokens on CPU). A static press whose `hook_keep` and `hook_pattern` nothing reads (no
+TransformerLens hook, no nnsight trace) does not build them: the prompt runs fused attention and only the
+question's and the decoded queries are scored (`PressedLlamaAttention.materializes`; same output).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
 from phaseinterp.backends.kv_compression import _layers, _rope_heads, restore_attention
+from phaseinterp.model.attention import in_nnsight_trace
 
 KINDS = ("chunk", "token")
 
@@ -123,14 +127,27 @@ def kept_keys(press: SelectionPress, scores: Float[Tensor, "batch kv_head pos ke
     P = press.prefill
     if P is None:
         return _selected(press, scores, torch.arange(T, device=dev), window)
-    t, i = torch.arange(T, device=dev)[:, None], torch.arange(T, device=dev)[None]
-    seen = (i <= t) & (i >= (t - window + 1 if window is not None else 0))
-    keep = seen.expand(*scores.shape).clone()  # the prompt is prefilled with the original attention
+    keep = _seen(torch.arange(T, device=dev), T, window).expand(*scores.shape).clone()  # prefilled: the original attention
     if P < T:
-        question = scores[:, :, max(0, P - press.observe): P].mean(2, keepdim=True)
-        at_end = _selected(press, question, torch.tensor([P - 1], device=dev), window)  # [b, K, 1, key]
-        keep[:, :, P:] = (at_end | (i >= P)) & seen[P:]
+        keep[:, :, P:] = _kept_after_prefill(press, scores[:, :, max(0, P - press.observe): P].mean(2, keepdim=True),
+                                             window)
     return keep
+
+
+def _seen(t: Tensor, T: int, window: int | None) -> Bool[Tensor, "query key"]:
+    """The keys 0..T-1 queries at positions `t` see (causal; with a sliding `window`, the last `window`)."""
+    t, i = t[:, None], torch.arange(T, device=t.device)[None]
+    return (i <= t) & (i >= (t - window + 1 if window is not None else 0))
+
+
+def _kept_after_prefill(press: SelectionPress, question: Float[Tensor, "batch kv_head 1 key"], window: int | None
+                        ) -> Bool[Tensor, "batch kv_head query key"]:
+    """What the queries after a static press's prompt (positions P..T-1) keep: the selection at the end of
+    prefill by the question's averaged attention `question` (zero on keys >= P), then the decoded tokens."""
+    P, T = press.prefill, question.shape[-1]
+    dev = question.device
+    at_end = _selected(press, question, torch.tensor([P - 1], device=dev), window)  # [b, K, 1, key]
+    return (at_end | (torch.arange(T, device=dev) >= P)) & _seen(torch.arange(P, T, device=dev), T, window)
 
 
 def _selected(press: SelectionPress, scores: Float[Tensor, "batch kv_head query key"], t: Tensor,
@@ -207,10 +224,11 @@ class PressedLlamaAttention(nn.Module):
         v = self.hook_v(self.v_proj(hidden_states).view(b, T, -1, d))
         k_rot = _rope_heads(k, cos, sin)  # [b, K, T, d]
         K = k_rot.shape[1]
+        if not self.materializes():
+            z = self.hook_z(self._static(q_rot, k_rot, v.transpose(1, 2)).transpose(1, 2))
+            return self.o_proj(z.reshape(b, T, -1)), None
         logits = (q_rot.view(b, K, G, T, d) @ k_rot[:, :, None].transpose(-1, -2)) * self.scaling
-        hidden = torch.ones(T, T, dtype=torch.bool, device=logits.device).triu(1)
-        if self.sliding_window is not None:
-            hidden |= torch.ones_like(hidden).tril(-self.sliding_window)
+        hidden = ~_seen(torch.arange(T, device=logits.device), T, self.sliding_window)
         with torch.no_grad():  # the selection is discrete: no gradient flows through it
             scores = logits.masked_fill(hidden, float("-inf")).softmax(-1).mean(2)
             keep = kept_keys(self.press, scores, self.sliding_window)
@@ -221,6 +239,37 @@ class PressedLlamaAttention(nn.Module):
         p = self.hook_pattern(p.view(b, K * G, T, T))
         z = self.hook_z((p @ v.transpose(1, 2).repeat_interleave(G, dim=1)).transpose(1, 2))  # [b, T, H, d]
         return self.o_proj(z.reshape(b, T, -1)), None
+
+    def materializes(self) -> bool:
+        """Build every query's kept set and pattern over all T keys (`hook_keep`, `hook_pattern`): for
+        dynamic selection, when a hook reads either (TransformerLens or torch), or inside an nnsight trace (which
+        may; nnsight sets no hooks). Otherwise a static press runs `_static`: same output, no T x T tensors."""
+        if self.press.prefill is None:
+            return True
+        points = (self.hook_keep, self.hook_pattern)
+        return any(h._forward_hooks or h._forward_pre_hooks or in_nnsight_trace(h) for h in points)
+
+    def _static(self, q_rot: Float[Tensor, "batch head pos d_head"], k_rot: Float[Tensor, "batch kv_head pos d_head"],
+                v: Float[Tensor, "batch kv_head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
+        """A static press without T x T tensors: the prompt's queries (0..P-1) attend as the original layer
+        does (fused attention); only the question's queries score keys, and only the decoded queries
+        (P..T-1) read the kept set."""
+        b, H, T, d = q_rot.shape
+        K, G = k_rot.shape[1], self.group
+        P = min(self.press.prefill, T)  # type: ignore[type-var]  # materializes() is False: prefill is set
+        sees = _seen(torch.arange(T, device=q_rot.device), T, self.sliding_window)
+        k_all, v_all = k_rot.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
+        z = torch.nn.functional.scaled_dot_product_attention(q_rot[:, :, :P], k_all[:, :, :P], v_all[:, :, :P],
+                                                             attn_mask=sees[:P, :P], scale=self.scaling)
+        if P == T:
+            return z
+        lo = max(0, P - self.press.observe)
+        logits = (q_rot[:, :, lo:P].view(b, K, G, P - lo, d) @ k_rot[:, :, None, :P].transpose(-1, -2)) * self.scaling
+        question = logits.masked_fill(~sees[lo:P, :P], float("-inf")).softmax(-1).mean(2).mean(2, keepdim=True)
+        keep = _kept_after_prefill(self.press, torch.nn.functional.pad(question, (0, T - P)), self.sliding_window)
+        logits = (q_rot[:, :, P:].view(b, K, G, T - P, d) @ k_rot[:, :, None].transpose(-1, -2)) * self.scaling
+        p = logits.masked_fill(~keep[:, :, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+        return torch.cat([z, (p @ v[:, :, None]).view(b, H, T - P, d)], 2)
 
 
 def pressed_layers(model: nn.Module) -> dict[int, PressedLlamaAttention]:
