@@ -145,6 +145,28 @@ def test_final_logits_with_chunked_prefill_equal_one_forward(deepseek, tokens):
         DeepseekV4Backend(model, prefill_chunk=0)
 
 
+@pytest.mark.parametrize("which", ["deepseek", "qwen3"])
+def test_a_sweep_runs_each_distinct_prompt_once_and_equals_final_logits(which, deepseek, tokens, qwen3):
+    """Rows sharing a prompt (a multi-token answer's) share one plain forward; logits equal `final_logits`
+    row by row; with an edit open the sweep takes the edit (final_logits' path)."""
+    model = deepseek[1] if which == "deepseek" else qwen3
+    backend = (DeepseekV4Backend if which == "deepseek" else HFCausalLMBackend)(model)
+    rows = tokens[[0, 0, 0, 1, 1]] % model.config.vocab_size
+    qpos, prompt_id = torch.tensor([40, 41, 42, 71, 30]), torch.tensor([5, 5, 5, 9, 9])
+    batches = []
+    handle = model.register_forward_pre_hook(lambda m, a, kw: batches.append(len(kw["input_ids"])), with_kwargs=True)
+    try:
+        got = backend.sweep_logits(rows, qpos, prompt_id)
+    finally:
+        handle.remove()
+    assert batches == [2]
+    torch.testing.assert_close(got, backend.final_logits(rows, qpos), atol=1e-4, rtol=1e-4)
+    with backend.intervene(*[Replace(u) for u in backend.units("kv_head")[:1]]):
+        edited = backend.sweep_logits(rows, qpos, prompt_id)
+        torch.testing.assert_close(edited, backend.final_logits(rows, qpos), atol=1e-4, rtol=1e-4)
+    assert (edited - got).abs().max() > 1e-3
+
+
 @pytest.fixture(scope="module")
 def qwen3():
     cfg = Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,

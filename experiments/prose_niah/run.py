@@ -79,10 +79,14 @@ however they fell across residues (`render.powerless`: the permutation test cond
 of right answers) leaves the Holm family and reads "no power" (Tarone's rule); before, such units counted as
 "no phase effect" and each one raised the others' corrected p-values.
 
-Static presses run fused from 2026-12-07 (`PressedLlamaAttention.materializes`: the prompt's queries through
-fused attention, no T x T kept sets; the same answers and logits within float32 summation error,
-`benchmarks/static_press.json`). SmolLM2's chunk-S8k1-static n32 unit was under way: its minibatches 0-70 ran
-the dense path, 71-127 the fused one (its journal under runs/prose_niah/ keeps each minibatch).
+Two changes of how a unit is computed, not of what (2026-12-07): the sweep of an HF model runs each prompt once
+(`HFMixin.sweep_logits`; before, each of a prompt's answer tokens ran its own forward, through nnsight), and
+static presses run fused (`PressedLlamaAttention.materializes`: the prompt's queries through fused attention,
+no T x T kept sets; inside an nnsight trace they had built them). Same answers and logits within float32
+summation error (`benchmarks/static_press.json`; recomputing the first journal minibatches of the two units
+under way gave the same correctness on 48 of 48 and 32 of 32 answer tokens). Those two units ran partly on the
+old path: SmolLM2's chunk-S8k1-static n32 minibatches 0-74, its question-anchor evict-W8S8 n32 minibatches 0-83
+(the journals under runs/prose_niah/ keep each minibatch).
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal

@@ -120,10 +120,10 @@ def prompt_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor
                   prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
     """Logits at `query_pos` from one full forward per distinct prompt (rows that share a prompt,
     several queries of one haystack, share its forward): the phase sweep's path."""
+    from phaseinterp.tasks.scoring import distinct_prompts
+
     dev = model_device(model)
-    uniq, inverse = torch.unique(prompt_id, return_inverse=True)
-    first = torch.full((len(uniq),), len(tokens), dtype=torch.long).scatter_reduce(
-        0, inverse, torch.arange(len(tokens)), reduce="amin")
+    first, inverse = distinct_prompts(prompt_id)
     logits = model(tokens[first].to(dev))
     return logits[inverse.to(dev), query_pos.to(dev)]
 

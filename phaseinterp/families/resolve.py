@@ -104,9 +104,9 @@ class PlainModel:
         return None  # full forwards
 
     def sweep_logits(self, tokens: Tensor, query_pos: Tensor, prompt_id: Tensor) -> Tensor:
-        uniq, inverse = torch.unique(prompt_id, return_inverse=True)
-        first = torch.full((len(uniq),), len(tokens), dtype=torch.long).scatter_reduce(
-            0, inverse, torch.arange(len(tokens)), reduce="amin")
+        from phaseinterp.tasks.scoring import distinct_prompts
+
+        first, inverse = distinct_prompts(prompt_id)
         logits = forward_logits(self.model, tokens[first].to(self._device))
         return logits[inverse.to(self._device), query_pos.to(self._device)]
 

@@ -103,6 +103,22 @@ class HFMixin:
         tokens = self._check_tokens(tokens)
         return chunked_final_logits(self.model, tokens, checked_query_pos(query_pos, tokens), chunk)
 
+    def sweep_logits(self, tokens: Tensor, query_pos: Tensor, prompt_id: Tensor) -> Tensor:
+        """Logits at the query positions for the phase sweep: one plain forward over the distinct
+        prompts (the rows of a multi-token answer share theirs), projecting only the minibatch's query
+        positions; with edits open or `prefill_chunk` set, `final_logits` of every row."""
+        if self._active or self.prefill_chunk is not None:
+            return super().sweep_logits(tokens, query_pos, prompt_id)
+        from phaseinterp.tasks.scoring import distinct_prompts
+
+        tokens = self._check_tokens(tokens)
+        first, which = distinct_prompts(prompt_id.cpu())
+        kept, where = torch.unique(checked_query_pos(query_pos, tokens).cpu(), return_inverse=True)
+        with torch.no_grad():
+            logits = self.model(input_ids=tokens[first.to(tokens.device)], use_cache=False,
+                                logits_to_keep=kept.to(tokens.device)).logits
+        return logits[which.to(logits.device), where.to(logits.device)]
+
     @staticmethod
     def _check_chunk(prefill_chunk: int | None) -> int | None:
         if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
