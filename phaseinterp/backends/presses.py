@@ -243,7 +243,7 @@ class PressedLlamaAttention(nn.Module):
     def materializes(self) -> bool:
         """Build every query's kept set and pattern over all T keys (`hook_keep`, `hook_pattern`): for
         dynamic selection, when a hook reads either (TransformerLens or torch), or inside an nnsight trace (which
-        may; nnsight sets no hooks). Otherwise a static press runs `_static`: same output, no T x T tensors."""
+        may; nnsight sets no hooks). Otherwise a static press runs `_static`: same output, no per-head T x T tensors."""
         if self.press.prefill is None:
             return True
         points = (self.hook_keep, self.hook_pattern)
@@ -251,7 +251,7 @@ class PressedLlamaAttention(nn.Module):
 
     def _static(self, q_rot: Float[Tensor, "batch head pos d_head"], k_rot: Float[Tensor, "batch kv_head pos d_head"],
                 v: Float[Tensor, "batch kv_head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
-        """A static press without T x T tensors: the prompt's queries (0..P-1) attend as the original layer
+        """A static press without per-head T x T tensors: the prompt's queries (0..P-1) attend as the original layer
         does (fused attention); only the question's queries score keys, and only the decoded queries
         (P..T-1) read the kept set."""
         b, H, T, d = q_rot.shape
