@@ -74,6 +74,14 @@ are fixed by the absolute grid, so prediction: no effect of the question's phase
 anchor's mean at every residue). Evict-W8S8 at 4,096 tokens (n2 at depths 1/4 and 3/4: a 4k prompt
 costs about 2 minutes on this machine's CPU; the 1k regime): the strong residue stays at 7.
 
+The token press above floor (stated 2026-12-07, before these units ran). At 1 chunk of budget (8 tokens) the
+token press scored 0.00 at every residue (SmolLM2 n8, Gemma n4): a control that cannot fail. So the budget
+is scanned, static, every layer, n4: `grid --model M --n 4 --layers L --settings token-S8k2-static
+token-S8k4-static token-S8k8-static` (16, 32, 64 tokens; L = 0-29 for SmolLM2, all for Gemma). The budget is the
+smallest whose token-press mean lies in [0.25, 0.75], else the one nearest 0.5 (the smaller of ties); then
+`grid --n 32` runs token-S8kB-static and chunk-S8kB-static at that budget B. Predictions: the token press shows
+no phase effect; the chunk press, which keeps B whole chunks, still shows weak phases (no prediction of which).
+
 Amended after these units' results were read (2026-12-07): a unit whose outcomes could not reach p < 0.05
 however they fell across residues (`render.powerless`: the permutation test conditions on each example's count
 of right answers) leaves the Holm family and reads "no power" (Tarone's rule); before, such units counted as
