@@ -13,31 +13,43 @@ from experiments.claims.claim_checks import Claim
 from experiments.claims.claim_units import n_of
 from experiments.prose_niah.render import candidates, holm_pool, informative, key, regime_state, verdicts
 
-#: rules that keep some cache entries whole and drop the rest (eviction, selection presses), by setting prefix
-KEEPERS = ("evict", "chunk", "token")
+#: rules that keep some positions of a fixed grid and drop the rest (eviction, chunk selection), by setting prefix
+KEEPERS = ("evict", "chunk")
+#: token-level selection: the chunk press's control, which keeps any tokens (no grid)
+CONTROLS = ("token",)
+
+
+def rule_of(setting: str) -> str:
+    """The rule of a setting name, without offsets or geometry.
+
+    Example:
+        >>> rule_of("evict0-W8S8"), rule_of("chunk-S8k1-static"), rule_of("token-S8k2-static")
+        ('evict', 'chunk', 'token')
+    """
+    return setting.split("-")[0].rstrip("0123456789")
 
 
 def keeps(setting: str) -> bool:
-    """Whether a setting keeps some entries whole and drops the rest (eviction or a selection press).
+    """Whether a setting keeps positions of a fixed grid and drops the rest (eviction or chunk selection).
 
     Example:
-        >>> keeps("evict0-W8S8"), keeps("chunk-S8k1-static"), keeps("mean-W16S8")
-        (True, True, False)
+        >>> keeps("evict0-W8S8"), keeps("chunk-S8k1-static"), keeps("mean-W16S8"), keeps("token-S8k1-static")
+        (True, True, False, False)
     """
-    return setting.split("-")[0].rstrip("0123456789") in KEEPERS
+    return rule_of(setting) in KEEPERS
 
 
 def prose(data: dict) -> Claim:
     c = Claim("B8", "Real needles in real prose",
               "On the classic needle test (Paul Graham essays) with training-free compression of pretrained "
               "SmolLM2-135M and Gemma 3 270M, rules that keep some entries and drop the rest (eviction, static chunk "
-              "selection) give weak phases of the needle; mean and score pooling do not, and neither does the "
-              "question's phase (decode time).",
+              "selection) give weak phases of the needle; mean and score pooling do not, nor token-level selection (the "
+              "chunk press's control), nor the question's phase (decode time).",
               "one unit per setting (model, length, anchor, rule, layers), its largest prompt set; units at floor or "
               "ceiling at every residue, or whose outcomes could not reach p < 0.05 however they fell across residues "
               "(Tarone's rule), cannot fail and are set aside. Each unit's permutation test of no phase effect, "
               "Holm-corrected across all the testable units (docs/prose_niah.md). Holds when every keeping unit at "
-              "the needle's phase shows weak phases and no pooling unit and no question-phase unit does; each unit "
+              "the needle's phase shows weak phases and no pooling, token-selection or question-phase unit does; each unit "
               "against that is an exception")
     units: list[dict[str, Any]] | None = data.get("prose_niah")
     if not units:
@@ -49,16 +61,18 @@ def prose(data: dict) -> Claim:
         return said[key(u)].startswith("weak")
 
     keeping = [u for u in pool if u["anchor"] == "value" and keeps(u["setting"])]
-    pooling = [u for u in pool if u["anchor"] == "value" and not keeps(u["setting"])]
+    pooling = [u for u in pool if u["anchor"] == "value" and not keeps(u["setting"]) and rule_of(u["setting"]) not in CONTROLS]
+    tokens = [u for u in pool if u["anchor"] == "value" and rule_of(u["setting"]) in CONTROLS]
     decode = [u for u in pool if u["anchor"] != "value"]
     set_aside = [u for u in candidates(units) if u not in pool]  # no power (Tarone)
     unmoved = [u for u in set_aside if u["anchor"] != "value" and informative(u)[0] == 0]
     c.count = (f"{n_of(sum(map(weak, keeping)), len(keeping), 'keeping units')} with weak phases; "
                f"{n_of(sum(map(weak, pooling)), len(pooling), 'pooling units')}; "
+               f"{n_of(sum(map(weak, tokens)), len(tokens), 'token-selection units')}; "
                f"{n_of(sum(map(weak, decode)), len(decode), 'question-phase units')}"
                + (f" (in {len(unmoved)} more, the question's phase changed no answer)" if unmoved else ""))
     c.exceptions = ([f"{key(u)}: {said[key(u)]}" for u in keeping if not weak(u)]
-                    + [f"{key(u)}: {said[key(u)]}" for u in pooling + decode if weak(u)])
+                    + [f"{key(u)}: {said[key(u)]}" for u in pooling + tokens + decode if weak(u)])
     c.tests = f"permutation test of no phase effect per unit, Holm across {len(pool)} units"
     bounded = [u for u in units if u["setting"] != "none" and regime_state(u) is not None]
     c.findings += [f"{key(u)}: {said[key(u)]}." for u in pool]

@@ -180,7 +180,8 @@ def test_prose_finding_counts_keeping_pooling_and_question_units_after_holm():
     data = {"prose_niah": units, "_paths": {"prose_niah": "prose_niah/"}}
     c = prose(data)
     assert (c.verdict, c.exceptions) == ("holds", []) and "Holm across 3 units" in c.tests  # floor and 'none' set aside
-    assert c.count.startswith("1 of 1 keeping units with weak phases; 0 of 1 pooling units; 0 of 1 question")
+    assert c.count.startswith("1 of 1 keeping units with weak phases; 0 of 1 pooling units; 0 of 0 token-selection "
+                              "units; 0 of 1 question")
     data["prose_niah"] = units + [_prose_unit("evict-W8S8", [0.5, 0.5], 1.0, anchor="question", moved=False)]
     c = prose(data)  # a question unit where no answer changed: out of the Holm family, counted apart
     assert "Holm across 3 units" in c.tests and c.count.endswith("(in 1 more, the question's phase changed no answer)")
@@ -190,4 +191,10 @@ def test_prose_finding_counts_keeping_pooling_and_question_units_after_holm():
     c = prose(data)
     assert c.verdict == "holds with exceptions" and len(c.exceptions) == 2
     assert any("evict0-W8S8" in e and "no phase effect detected" in e for e in c.exceptions)
+    # token selection is the chunk press's control: flat is what it predicts, weak phases are an exception
+    data["prose_niah"] = [units[0], _prose_unit("token-S8k2-static", [0.4, 0.5], 0.6)]
+    c = prose(data)
+    assert (c.verdict, c.exceptions) == ("holds", []) and "0 of 1 token-selection units" in c.count
+    data["prose_niah"] = [units[0], _prose_unit("token-S8k2-static", [0.1, 0.9], 0.001)]
+    assert [e.split(":")[0] for e in prose(data).exceptions] == ["m T1024 value token-S8k2-static L5 n8"]
     assert prose({"prose_niah": None, "_paths": {}}).verdict == claim_checks.NO_FILE
