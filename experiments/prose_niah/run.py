@@ -81,6 +81,9 @@ token-S8k4-static token-S8k8-static` (16, 32, 64 tokens; L = 0-29 for SmolLM2, a
 smallest whose token-press mean lies in [0.25, 0.75], else the one nearest 0.5 (the smaller of ties); then
 `grid --n 32` runs token-S8kB-static and chunk-S8kB-static at that budget B. Predictions: the token press shows
 no phase effect; the chunk press, which keeps B whole chunks, still shows weak phases (no prediction of which).
+(Amended after SmolLM2's scan read 0.00 at every residue at 16, 32 and 64 tokens, before any budget's n32 unit
+ran: a model whose token press sits at floor at every scanned budget continues the scan at `token-S8k16-static`
+and `token-S8k32-static`, 128 and 256 tokens, by the same rule; the chunk press runs at the budget it picks.)
 
 Amended after these units' results were read (2026-12-07): a unit whose outcomes could not reach p < 0.05
 however they fell across residues (`render.powerless`: the permutation test conditions on each example's count
