@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.prose_niah.predictions import prediction_lines
 from experiments.prose_niah.run import HIGH, LOW, RESULTS, ROOT
 from phaseinterp.measure.gap import heldout_text
 
@@ -181,6 +182,7 @@ def block() -> str:
     for (model, length, anchor), mine in groups.items():
         what = "the needle value's first token" if anchor == "value" else "the question's last token (needle fixed)"
         out += [f"**{model}, {length} tokens, residue of {what}.**", "", *unit_table(mine, said), ""]
+    out += prediction_lines(rows, said, key)
     out += depth_lines(rows)
     out += evict_lines(rows)
     out += knockout_lines()

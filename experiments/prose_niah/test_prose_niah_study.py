@@ -162,3 +162,34 @@ def test_kept_reads_the_press_and_the_oracle_keeps_the_values_chunk(llama_dir, t
     with pytest.raises(ValueError, match="allowed a static chunk press"):
         kept.kept_unit(model, str(tokenizer_dir), args, "chunk-S4k1", "0-1", tmp_path / "x", run.setting, run.layers_of)
     assert json.loads(kept.kept_path(tmp_path, "tiny", 160, "chunk-S4k1-static", "0-1", 2).read_text())["rows"] == out["rows"]
+
+
+def test_each_stated_prediction_is_judged_by_its_units_reading():
+    from experiments.prose_niah.predictions import Prediction, flat, judged, strong_at
+
+    def unit(setting, acc, n=32):
+        return {"model": "m", "anchor": "value", "setting": setting, "n_per_residue": n, "length": 1024,
+                "layers": "5", "curve": {"accuracy": acc}}
+
+    rows = [unit("chunk-S8k1-static", [0, 0, 0, .9, .8, 0, 0, .1]), unit("chunk-S8k2-static", [0, 0, 0, .9, .2, 0, 0, .5]),
+            unit("token-S8k2-static", [0] * 8), unit("mean-W8S8", [.5] * 8, n=8)]
+    said = {render.key(u): s for u, s in zip(rows, ["weak phases: worst r = 0", "weak phases: worst r = 0",
+                                                    "at floor at every residue: cannot show a phase effect",
+                                                    "no phase effect detected (Holm p = 0.9 over 3 tests)"])}
+    import experiments.prose_niah.predictions as predictions
+
+    stated = (Prediction("m", "value", "chunk-S8k*-static", 32, "strong at 3-4", strong_at((3, 4))),
+              Prediction("m", "value", "chunk-S8k*-static", 32, "weak", lambda a, s: s.startswith("weak"),
+                         unless="chunk-S8k1-static"),
+              Prediction("m", "value", "token-S8k*-static", 32, "flat", flat),
+              Prediction("m", "value", "mean-W8S8", 8, "flat", flat),
+              Prediction("m", "value", "score-W8S8", 32, "flat", flat))
+    original, predictions.PREDICTIONS = predictions.PREDICTIONS, stated
+    try:
+        got = [(k.split()[3] if k != "not run yet" else k, outcome) for _, k, outcome in judged(rows, said, render.key)]
+    finally:
+        predictions.PREDICTIONS = original
+    assert got == [("chunk-S8k1-static", "held"), ("chunk-S8k2-static", "did not hold"),  # r4 0.2 < r7 0.5
+                   ("chunk-S8k2-static", "held"),  # the k1 unit is the glob's `unless`
+                   ("token-S8k2-static", "cannot tell: at floor at every residue: cannot show a phase effect"),
+                   ("mean-W8S8", "held"), ("not run yet", "cannot tell: not run yet")]

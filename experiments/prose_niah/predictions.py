@@ -1,0 +1,110 @@
+"""The predictions the study stated before its units ran (experiments/prose_niah/run.py's docstring), as data,
+each judged against its unit's result file, so the page says which held.
+
+A prediction of weak or strong residues needs the unit's Holm reading to be "weak phases"; a prediction of
+no effect needs "no phase effect detected". A unit its reading sets aside (floor, ceiling, no power) cannot
+tell, and one not run yet is named as such: neither counts as held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from typing import Any, Callable
+
+import numpy as np
+
+Check = Callable[[np.ndarray, str], bool]
+
+
+def strong_at(residues: tuple[int, ...]) -> Check:
+    """Weak phases, and every residue in `residues` above every other residue.
+
+    Example:
+        >>> strong_at((3, 4))(np.array([0, 0, 0, .9, .8, 0, 0, .1]), "weak phases: worst r = 0")
+        True
+    """
+    def check(acc: np.ndarray, said: str) -> bool:
+        others = [a for r, a in enumerate(acc) if r not in residues]
+        return said.startswith("weak") and bool(min(acc[list(residues)]) > max(others))
+
+    return check
+
+
+def flat(acc: np.ndarray, said: str) -> bool:
+    """No phase effect detected after Holm."""
+    return said.startswith("no phase effect detected")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One stated prediction: the unit it concerns (`setting` a glob, since a press's budget is chosen by a scan;
+    `unless` a setting the glob must not match)."""
+
+    model: str
+    anchor: str
+    setting: str
+    n: int
+    said: str
+    check: Check
+    length: int = 1024
+    unless: str = ""
+
+    def concerns(self, u: dict[str, Any]) -> bool:
+        return ((u["model"], u["anchor"], u["n_per_residue"], u["length"]) == (self.model, self.anchor, self.n, self.length)
+                and fnmatch(u["setting"], self.setting) and u["setting"] != self.unless)
+
+
+PREDICTIONS = (
+    Prediction("smollm2", "value", "evict0-W8S8", 32, "the strongest residue moves from 7 to 0 (the kept offset)",
+               strong_at((0,))),
+    Prediction("smollm2", "value", "chunk-S8k1-static", 32, "weak at residues 0-2 and 5-7, strong at 3-4 (as at n8)",
+               strong_at((3, 4))),
+    Prediction("gemma3-270m", "value", "chunk-S8k1-static", 32, "weak at residues 0-2 and 5-7, strong at 3-4 (as at n8)",
+               strong_at((3, 4))),
+    Prediction("smollm2", "value", "evict-W8S8", 2, "the strong residue stays at 7 at 4,096 tokens", strong_at((7,)),
+               length=4096),
+    Prediction("smollm2", "question", "evict-W8S8", 32, "no effect of the question's phase", flat),
+    Prediction("smollm2", "value", "score-W8S8", 32, "no phase effect (as at n8)", flat),
+    Prediction("smollm2", "value", "mean-W16S8", 32, "no phase effect (as at n8)", flat),
+    Prediction("smollm2", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
+    Prediction("gemma3-270m", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
+    *(Prediction(model, "value", "chunk-S8k*-static", 32, "weak phases at the token press's budget",
+                 lambda acc, said: said.startswith("weak"), unless="chunk-S8k1-static") for model in ("smollm2", "gemma3-270m")),
+)
+
+
+def judged(rows: list[dict[str, Any]], said: dict[str, str], key: Callable[[dict[str, Any]], str]
+           ) -> list[tuple[Prediction, str, str]]:
+    """(prediction, its unit's key or "not run yet", outcome: "held", "did not hold" or "cannot tell: ...")."""
+    out = []
+    for p in PREDICTIONS:
+        mine = [u for u in rows if p.concerns(u)]
+        if not mine:
+            out.append((p, "not run yet", "cannot tell: not run yet"))
+        for u in mine:
+            reading = said[key(u)]
+            acc = np.array([np.nan if a is None else a for a in u["curve"]["accuracy"]], dtype=float)
+            if not reading.startswith(("weak", "no phase effect detected")):
+                outcome = f"cannot tell: {reading}"
+            else:
+                outcome = "held" if p.check(acc, reading) else "did not hold"
+            out.append((p, key(u), outcome))
+    return out
+
+
+def prediction_lines(rows: list[dict[str, Any]], said: dict[str, str], key: Callable[[dict[str, Any]], str]) -> list[str]:
+    """The page's table of stated predictions and what each unit showed."""
+    found = judged(rows, said, key)
+    by_key = {key(u): u for u in rows}
+    held = sum(outcome == "held" for _, _, outcome in found)
+    told = sum(outcome in ("held", "did not hold") for _, _, outcome in found)
+    out = [f"**Predictions stated before the runs** (`experiments/prose_niah/run.py`; judged by "
+           f"`experiments/prose_niah/predictions.py`): {held} of {told} that a unit could judge held.", "",
+           "| unit | predicted | accuracy by residue | reading | outcome |", "|---|---|---|---|---|"]
+    for p, k, outcome in found:
+        u = by_key.get(k)
+        acc = " ".join("-" if a is None else f"{a:.2f}" for a in u["curve"]["accuracy"]) if u else "-"
+        unit = k if u else f"{p.model} T{p.length} {p.anchor} {p.setting} n{p.n}"
+        out.append(f"| {unit} | {p.said} | {acc} | {said[k] if u else '-'} | {outcome} |")
+    return out + [""]
