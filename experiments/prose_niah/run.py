@@ -85,6 +85,12 @@ no phase effect; the chunk press, which keeps B whole chunks, still shows weak p
 ran: a model whose token press sits at floor at every scanned budget continues the scan at `token-S8k16-static`
 and `token-S8k32-static`, 128 and 256 tokens, by the same rule; the chunk press runs at the budget it picks.)
 
+Gemma 3 270M's pooling and decode-time units grown to n32 (stated 2026-12-07, before they ran; their n8 units had
+no power): `grid --model gemma3-270m --n 32 --settings mean-W8S8 score-W8S8 mean-W16S8` and `grid --model
+gemma3-270m --n 32 --anchor question --settings mean-W8S8`. Predictions: no phase effect for mean-W8S8, mean-W16S8
+and the question anchor; none for score-W8S8 (SmolLM2's score unit at n32 showed weak phases against its
+prediction of none). `experiments/prose_niah/predictions.py` holds every prediction above as data.
+
 Amended after these units' results were read (2026-12-07): a unit whose outcomes could not reach p < 0.05
 however they fell across residues (`render.powerless`: the permutation test conditions on each example's count
 of right answers) leaves the Holm family and reads "no power" (Tarone's rule); before, such units counted as
