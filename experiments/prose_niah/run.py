@@ -84,6 +84,8 @@ no phase effect; the chunk press, which keeps B whole chunks, still shows weak p
 (Amended after SmolLM2's scan read 0.00 at every residue at 16, 32 and 64 tokens, before any budget's n32 unit
 ran: a model whose token press sits at floor at every scanned budget continues the scan at `token-S8k16-static`
 and `token-S8k32-static`, 128 and 256 tokens, by the same rule; the chunk press runs at the budget it picks.)
+The scans' choice (their n4 units are on the page): Gemma k16 (128 tokens, the first budget in range), SmolLM2 k2
+(no budget through 256 tokens left floor: nearest 0.5 is every budget, the smaller of ties).
 
 Gemma 3 270M's pooling and decode-time units grown to n32 (stated 2026-12-07, before they ran; their n8 units had
 no power): `grid --model gemma3-270m --n 32 --settings mean-W8S8 score-W8S8 mean-W16S8` and `grid --model
