@@ -145,6 +145,15 @@ def test_final_logits_with_chunked_prefill_equal_one_forward(deepseek, tokens):
         DeepseekV4Backend(model, prefill_chunk=0)
 
 
+def _count_rows(model: torch.nn.Module, into: list[tuple[int, int]]):
+    """A pre-hook appending (rows, dimensions of `logits_to_keep`) of each forward of `model` to `into`: the
+    sweep's plain path keeps one list of positions for all rows (1), `final_logits` one per row (2)."""
+    def record(m, args, kw):
+        into.append((len(kw.get("input_ids", args[0] if args else None)), kw["logits_to_keep"].ndim))
+
+    return model.register_forward_pre_hook(record, with_kwargs=True)
+
+
 @pytest.mark.parametrize("which", ["deepseek", "qwen3"])
 def test_a_sweep_runs_each_distinct_prompt_once_and_equals_final_logits(which, deepseek, tokens, qwen3):
     """Rows sharing a prompt (a multi-token answer's) share one plain forward; logits equal `final_logits`
@@ -154,17 +163,25 @@ def test_a_sweep_runs_each_distinct_prompt_once_and_equals_final_logits(which, d
     rows = tokens[[0, 0, 0, 1, 1]] % model.config.vocab_size
     qpos, prompt_id = torch.tensor([40, 41, 42, 71, 30]), torch.tensor([5, 5, 5, 9, 9])
     batches = []
-    handle = model.register_forward_pre_hook(lambda m, a, kw: batches.append(len(kw["input_ids"])), with_kwargs=True)
+    handle = _count_rows(model, batches)
     try:
         got = backend.sweep_logits(rows, qpos, prompt_id)
     finally:
         handle.remove()
-    assert batches == [2]
+    assert batches == [(2, 1)]
     torch.testing.assert_close(got, backend.final_logits(rows, qpos), atol=1e-4, rtol=1e-4)
     with backend.intervene(*[Replace(u) for u in backend.units("kv_head")[:1]]):
         edited = backend.sweep_logits(rows, qpos, prompt_id)
         torch.testing.assert_close(edited, backend.final_logits(rows, qpos), atol=1e-4, rtol=1e-4)
     assert (edited - got).abs().max() > 1e-3
+    batches.clear()  # one row per prompt, each at its own position: projecting every position would not pay
+    handle = _count_rows(model, batches)
+    try:
+        alone = backend.sweep_logits(rows[[0, 3, 4]], qpos[[0, 3, 4]], torch.tensor([0, 1, 2]))
+    finally:
+        handle.remove()
+    assert batches == [(3, 2)]  # final_logits' path
+    torch.testing.assert_close(alone, got[[0, 3, 4]], atol=1e-4, rtol=1e-4)
 
 
 @pytest.fixture(scope="module")

@@ -105,15 +105,17 @@ class HFMixin:
 
     def sweep_logits(self, tokens: Tensor, query_pos: Tensor, prompt_id: Tensor) -> Tensor:
         """Logits at the query positions for the phase sweep: one plain forward over the distinct
-        prompts (the rows of a multi-token answer share theirs), projecting only the minibatch's query
-        positions; with edits open or `prefill_chunk` set, `final_logits` of every row."""
-        if self._active or self.prefill_chunk is not None:
-            return super().sweep_logits(tokens, query_pos, prompt_id)
+        prompts (the rows of a multi-token answer share theirs), projecting the minibatch's query
+        positions; `final_logits` of every row instead with edits open, with `prefill_chunk` set, or
+        when every prompt projecting every position would cost more than twice the rows' own."""
         from phaseinterp.tasks.scoring import distinct_prompts
 
-        tokens = self._check_tokens(tokens)
         first, which = distinct_prompts(prompt_id.cpu())
-        kept, where = torch.unique(checked_query_pos(query_pos, tokens).cpu(), return_inverse=True)
+        kept, where = torch.unique(query_pos.cpu(), return_inverse=True)
+        if self._active or self.prefill_chunk is not None or len(first) * len(kept) > 2 * len(query_pos):
+            return super().sweep_logits(tokens, query_pos, prompt_id)
+        tokens = self._check_tokens(tokens)
+        checked_query_pos(query_pos, tokens)
         with torch.no_grad():
             logits = self.model(input_ids=tokens[first.to(tokens.device)], use_cache=False,
                                 logits_to_keep=kept.to(tokens.device)).logits
