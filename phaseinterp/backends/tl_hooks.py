@@ -120,7 +120,7 @@ def prompt_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor
                   prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
     """Logits at `query_pos` from one full forward per distinct prompt (rows that share a prompt,
     several queries of one haystack, share its forward): the phase sweep's path."""
-    from phaseinterp.tasks.scoring import distinct_prompts
+    from phaseinterp.backends.prompts import distinct_prompts
 
     dev = model_device(model)
     first, inverse = distinct_prompts(prompt_id)

@@ -104,7 +104,7 @@ class PlainModel:
         return None  # full forwards
 
     def sweep_logits(self, tokens: Tensor, query_pos: Tensor, prompt_id: Tensor) -> Tensor:
-        from phaseinterp.tasks.scoring import distinct_prompts
+        from phaseinterp.backends.prompts import distinct_prompts
 
         first, inverse = distinct_prompts(prompt_id)
         logits = forward_logits(self.model, tokens[first].to(self._device))

@@ -58,22 +58,7 @@ def per_row(correct: Bool[Tensor, "*units token_rows"], owner: Int[Tensor, " tok
     return wrong == 0
 
 
-def distinct_prompts(prompt_id: Int[Tensor, " rows"]) -> tuple[Int[Tensor, " prompts"], Int[Tensor, " rows"]]:
-    """(the first row of each distinct prompt, each row's prompt among them): rows that share a prompt
-    (a multi-token answer's, several queries of one haystack) share its forward.
-
-    Example:
-        >>> first, which = distinct_prompts(torch.tensor([4, 4, 7, 7, 7]))
-        >>> first.tolist(), which.tolist()
-        ([0, 2], [0, 0, 1, 1, 1])
-    """
-    uniq, inverse = torch.unique(prompt_id, return_inverse=True)
-    first = torch.full((len(uniq),), len(prompt_id), dtype=torch.long).scatter_reduce(
-        0, inverse, torch.arange(len(prompt_id)), reduce="amin")
-    return first, inverse
-
-
-__all__ = ["distinct_prompts", "per_row", "token_rows"]
+__all__ = ["per_row", "token_rows"]
 
 
 def prompt_length(batch: PhaseBatch) -> int:

@@ -108,7 +108,7 @@ class HFMixin:
         prompts (the rows of a multi-token answer share theirs), projecting the minibatch's query
         positions; `final_logits` of every row instead with edits open, with `prefill_chunk` set, or
         when every prompt projecting every position would cost more than twice the rows' own."""
-        from phaseinterp.tasks.scoring import distinct_prompts
+        from phaseinterp.backends.prompts import distinct_prompts
 
         first, which = distinct_prompts(prompt_id.cpu())
         kept, where = torch.unique(query_pos.cpu(), return_inverse=True)
