@@ -87,8 +87,8 @@ and `token-S8k32-static`, 128 and 256 tokens, by the same rule; the chunk press 
 The scans' choice (their n4 units are on the page): Gemma k16 (128 tokens, the first budget in range), SmolLM2 k2
 (no budget through 256 tokens left floor: nearest 0.5 is every budget, the smaller of ties).
 
-Gemma 3 270M's pooling and decode-time units grown to n32 (stated 2026-12-07, before they ran; their n8 units had
-no power): `grid --model gemma3-270m --n 32 --settings mean-W8S8 score-W8S8 mean-W16S8` and `grid --model
+Gemma 3 270M's pooling and decode-time units grown to n32 (stated 2026-12-07, before they ran; three of their n8
+units had no power): `grid --model gemma3-270m --n 32 --settings mean-W8S8 score-W8S8 mean-W16S8` and `grid --model
 gemma3-270m --n 32 --anchor question --settings mean-W8S8`. Predictions: no phase effect for mean-W8S8, mean-W16S8
 and the question anchor; none for score-W8S8 (SmolLM2's score unit at n32 showed weak phases against its
 prediction of none). `experiments/prose_niah/predictions.py` holds every prediction above as data.
@@ -103,7 +103,8 @@ Two changes of how a unit is computed, not of what (2026-12-07): the sweep of an
 static presses run fused (`PressedLlamaAttention.materializes`: the prompt's queries through fused attention,
 no T x T kept sets; inside an nnsight trace they had built them). Same answers and logits within float32
 summation error (`benchmarks/static_press.json`; recomputing the first journal minibatches of the two units
-under way gave the same correctness on 48 of 48 and 32 of 32 answer tokens). Those two units ran partly on the
+under way gave the same correctness on 48 of 48 and 32 of 32 answer tokens; Gemma's static chunk press at n32, new path,
+equals its n8 unit, old path, on all 64 shared rows). Those two units ran partly on the
 old path: SmolLM2's chunk-S8k1-static n32 minibatches 0-74, its question-anchor evict-W8S8 n32 minibatches 0-83
 (the journals under runs/prose_niah/ keep each minibatch).
 
