@@ -78,13 +78,13 @@ PREDICTIONS = (
 
 
 def judged(rows: list[dict[str, Any]], said: dict[str, str], key: Callable[[dict[str, Any]], str]
-           ) -> list[tuple[Prediction, str, str]]:
-    """(prediction, its unit's key or "not run yet", outcome: "held", "did not hold" or "cannot tell: ...")."""
+           ) -> list[tuple[Prediction, dict[str, Any] | None, str]]:
+    """(prediction, its unit or None, outcome: "held", "did not hold" or "cannot tell: ...")."""
     out = []
     for p in PREDICTIONS:
         mine = [u for u in rows if p.concerns(u)]
         if not mine:
-            out.append((p, "not run yet", "cannot tell: not run yet"))
+            out.append((p, None, "cannot tell: not run yet"))
         for u in mine:
             reading = said[key(u)]
             acc = np.array([np.nan if a is None else a for a in u["curve"]["accuracy"]], dtype=float)
@@ -92,22 +92,20 @@ def judged(rows: list[dict[str, Any]], said: dict[str, str], key: Callable[[dict
                 outcome = f"cannot tell: {reading}"
             else:
                 outcome = "held" if p.check(acc, reading) else "did not hold"
-            out.append((p, key(u), outcome))
+            out.append((p, u, outcome))
     return out
 
 
 def prediction_lines(rows: list[dict[str, Any]], said: dict[str, str], key: Callable[[dict[str, Any]], str]) -> list[str]:
     """The page's table of stated predictions and what each unit showed."""
     found = judged(rows, said, key)
-    by_key = {key(u): u for u in rows}
     held = sum(outcome == "held" for _, _, outcome in found)
     told = sum(outcome in ("held", "did not hold") for _, _, outcome in found)
     out = [f"**Predictions stated before the runs** (`experiments/prose_niah/run.py`; judged by "
            f"`experiments/prose_niah/predictions.py`): {held} of {told} that a unit could judge held.", "",
            "| unit | predicted | accuracy by residue | reading | outcome |", "|---|---|---|---|---|"]
-    for p, k, outcome in found:
-        u = by_key.get(k)
+    for p, u, outcome in found:
         acc = " ".join("-" if a is None else f"{a:.2f}" for a in u["curve"]["accuracy"]) if u else "-"
-        unit = k if u else f"{p.model} T{p.length} {p.anchor} {p.setting} n{p.n}"
-        out.append(f"| {unit} | {p.said} | {acc} | {said[k] if u else '-'} | {outcome} |")
+        unit = key(u) if u else f"{p.model} T{p.length} {p.anchor} {p.setting} n{p.n}"
+        out.append(f"| {unit} | {p.said} | {acc} | {said[key(u)] if u else '-'} | {outcome} |")
     return out + [""]

@@ -186,7 +186,7 @@ def test_each_stated_prediction_is_judged_by_its_units_reading():
               Prediction("m", "value", "score-W8S8", 32, "flat", flat))
     original, predictions.PREDICTIONS = predictions.PREDICTIONS, stated
     try:
-        got = [(k.split()[3] if k != "not run yet" else k, outcome) for _, k, outcome in judged(rows, said, render.key)]
+        got = [(u["setting"] if u else "not run yet", outcome) for _, u, outcome in judged(rows, said, render.key)]
     finally:
         predictions.PREDICTIONS = original
     assert got == [("chunk-S8k1-static", "held"), ("chunk-S8k2-static", "did not hold"),  # r4 0.2 < r7 0.5

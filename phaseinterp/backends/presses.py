@@ -258,9 +258,9 @@ class PressedLlamaAttention(nn.Module):
         K, G = k_rot.shape[1], self.group
         P = min(self.press.prefill, T)  # type: ignore[type-var]  # materializes() is False: prefill is set
         sees = _seen(torch.arange(T, device=q_rot.device), T, self.sliding_window)
-        k_all, v_all = k_rot.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
-        z = torch.nn.functional.scaled_dot_product_attention(q_rot[:, :, :P], k_all[:, :, :P], v_all[:, :, :P],
-                                                             attn_mask=sees[:P, :P], scale=self.scaling)
+        z = torch.nn.functional.scaled_dot_product_attention(
+            q_rot[:, :, :P], k_rot[:, :, :P].repeat_interleave(G, dim=1), v[:, :, :P].repeat_interleave(G, dim=1),
+            attn_mask=sees[:P, :P], scale=self.scaling)
         if P == T:
             return z
         lo = max(0, P - self.press.observe)
