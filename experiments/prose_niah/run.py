@@ -93,6 +93,13 @@ gemma3-270m --n 32 --anchor question --settings mean-W8S8`. Predictions: no phas
 and the question anchor; none for score-W8S8 (SmolLM2's score unit at n32 showed weak phases against its
 prediction of none). `experiments/prose_niah/predictions.py` holds every prediction above as data.
 
+Stated 2026-12-07 (fourth session), before these units ran: SmolLM2's decode-time mean unit at n32 (`grid --model
+smollm2 --n 32 --anchor question --settings mean-W8S8`; its n8 unit had no power; prediction: no effect of the
+question's phase), SmolLM2 at 4,096 tokens at n8 (`grid --model smollm2 --length 4096 --n 8 --n-depths 8 --settings
+evict-W8S8 none`; prediction for evict: the strong residue stays at 7, as stated for n2; the uncompressed unit is the
+reference, no prediction) and the KV-head knockout map at n8 (`knockout --model smollm2 --n 8 --n-boot 30000
+--settings mean-W8S8`: enough bootstrap draws that a lone cell can pass BH-FDR over 720 cells; no prediction).
+
 Amended after these units' results were read (2026-12-07): a unit whose outcomes could not reach p < 0.05
 however they fell across residues (`render.powerless`: the permutation test conditions on each example's count
 of right answers) leaves the Holm family and reads "no power" (Tarone's rule); before, such units counted as
