@@ -182,6 +182,10 @@ def test_a_sweep_runs_each_distinct_prompt_once_and_equals_final_logits(which, d
         handle.remove()
     assert batches == [(3, 2)]  # final_logits' path
     torch.testing.assert_close(alone, got[[0, 3, 4]], atol=1e-4, rtol=1e-4)
+    changed = rows.clone()
+    changed[1, 5] = (changed[1, 5] + 1) % model.config.vocab_size  # row 1 still claims prompt 5
+    with pytest.raises(ValueError, match="rows 0 and 1 share prompt_id=5 but not their tokens"):
+        backend.sweep_logits(changed, qpos, prompt_id)
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,22 @@ def test_a_saved_model_reloads_identically_and_only_a_finished_folder_counts(tmp
     assert not gguf._complete(folder, "model")
 
 
+def test_only_entries_unused_for_stale_days_are_pruned(tmp_path):
+    root, day = tmp_path / "gguf", 86400.0
+    for name, age in (("old", 31), ("recent", 29), ("new", 40)):
+        (root / name).mkdir(parents=True)
+        (root / name / "model.done").write_text("complete\n")
+        os.utime(root / name / "model.done", (1e9 - age * day, 1e9 - age * day))
+    (root / "recent" / "tokenizer.done").write_text("complete\n")  # the newest marker counts
+    os.utime(root / "recent" / "tokenizer.done", (1e9 - day, 1e9 - day))
+    (root / ".killed.model.abcd").mkdir()  # a killed writer's folder, no marker
+    os.utime(root / ".killed.model.abcd", (1e9 - 31 * day, 1e9 - 31 * day))
+    gone = gguf.prune(root, keep=root / "new", now=1e9, stale_days=30)
+    assert sorted(p.name for p in gone) == [".killed.model.abcd", "old"]
+    assert sorted(p.name for p in root.iterdir()) == ["new", "recent"]
+    assert gguf.prune(tmp_path / "absent", keep=root, now=1e9) == []
+
+
 def test_an_unwritable_cache_warns_instead_of_raising(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

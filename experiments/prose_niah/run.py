@@ -134,6 +134,7 @@ from typing import Any
 import numpy as np
 
 from phaseinterp.backends.presses import apply_attention
+from phaseinterp.measure.outputs import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "assets" / "results" / "prose_niah"
@@ -260,10 +261,8 @@ def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, 
               "seconds": round(time.time() - start, 1), "command": "python -m experiments.prose_niah.run " + " ".join(args.argv),
               "versions": versions()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
     text = json.dumps(result, indent=1, default=float) + "\n"
-    tmp.write_text(text)
-    tmp.replace(path)  # atomic: a unit file exists only when finished
+    write_atomic(path, text)  # a unit file exists only when finished
     result = json.loads(text)  # as a rerun reads it back
     s = result["summary"]
     print(f"{path.name}: mean {s['mean']:.3f}, worst r={s['worst_residue']} {s['worst']:.3f}, "
@@ -294,7 +293,7 @@ def run_knockout(model, tok: str, args: argparse.Namespace, name: str, layers: s
               "modulus": MODULUS, "seed": args.seed, "map": smap.to_dict(), "seconds": round(time.time() - start, 1),
               "significant_fdr_cells": int(np.sum(significant)) if significant is not None else None, "which": which,
               "command": "python -m experiments.prose_niah.run " + " ".join(args.argv)}
-    path.write_text(json.dumps(result, default=float) + "\n")
+    write_atomic(path, json.dumps(result, default=float) + "\n")
     print(f"{path.name}: {result['significant_fdr_cells']} cells significant after FDR, {result['seconds']} s", flush=True)
     return result
 
@@ -358,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
         layers, why = choose_regime(rows)
         scan = {"model": args.model, "length": args.length, "n_per_residue": args.n, "setting": args.scan_setting,
                 "rows": rows, "regime": layers, "why": why, "rule": "experiments/prose_niah/run.py (module docstring)"}
-        regime_path(args.model, args.scan_setting).write_text(json.dumps(scan, indent=1) + "\n")
+        write_atomic(regime_path(args.model, args.scan_setting), json.dumps(scan, indent=1) + "\n")
         print(f"regime of {args.model} under {args.scan_setting}: layers {layers} ({why})")
         return
     layers = args.layers or json.loads(regime_path(args.model, args.regime).read_text())["regime"]

@@ -12,6 +12,8 @@ new entry) and written atomically (a temporary folder, renamed).
 Cache location: `$PHASEINTERP_CACHE` when set (`off` disables the cache), else
 `$XDG_CACHE_HOME/phaseinterp` or `~/.cache/phaseinterp`. Gemma 3 270M takes 1.1 GB there, SmolLM2 0.5 GB;
 delete the folder to reclaim it. A cache that cannot be written is reported and skipped, never fatal.
+Each load from the cache marks its entry used; writing a new entry removes the entries no load has used for
+`STALE_DAYS` days (an older install's conversion, for example), and says which.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import functools
 import hashlib
 import os
 import shutil
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -29,6 +32,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 CACHE_ENV = "PHASEINTERP_CACHE"
+STALE_DAYS = 30
 
 
 def cache_root() -> Path | None:
@@ -92,14 +96,38 @@ def _save(folder: Path, what: str, write: Callable[[Path], None]) -> None:
                       "stop trying, or point it at a writable folder", stacklevel=4)
 
 
+def _last_used(entry: Path) -> float:
+    """When a load last read or wrote `entry` (its newest `.done` marker's modification time; 0: none)."""
+    return max((m.stat().st_mtime for m in entry.glob("*.done")), default=0.0)
+
+
+def prune(root: Path, keep: Path, now: float, stale_days: float = STALE_DAYS) -> list[Path]:
+    """Remove the cache entries under `root` (but `keep`) unused for `stale_days` days, and the temporary
+    folders of writers killed as long ago; returns what was removed."""
+    gone = []
+    for entry in root.iterdir() if root.is_dir() else ():
+        used = _last_used(entry) or entry.stat().st_mtime
+        if entry.is_dir() and entry != keep and now - used > stale_days * 86400:
+            shutil.rmtree(entry, ignore_errors=True)
+            gone.append(entry)
+    return gone
+
+
 def _converted(path: Path, what: str, load: Callable[..., Any], write: Callable[[Any, Path], None]) -> Any:
-    """`load(folder)` from the cache when it holds `what`, else `load(gguf folder, gguf_file=name)`, then cached
-    with `write(obj, folder)`."""
+    """`load(folder)` from the cache when it holds `what` (marking it used), else `load(gguf folder,
+    gguf_file=name)`, then cached with `write(obj, folder)` after stale entries are pruned."""
     folder = cache_dir(path)
     cached = _complete(folder, what)
     with _quiet():
         obj = load(str(folder)) if cached else load(str(path.parent), gguf_file=path.name)
-    if folder is not None and not cached:
+    if folder is not None and cached:
+        with contextlib.suppress(OSError):  # a read-only cache still serves loads
+            os.utime(folder / f"{what}.done")
+    elif folder is not None:
+        gone = prune(folder.parent, folder, time.time())
+        if gone:
+            warnings.warn(f"removed {len(gone)} GGUF cache entr{'y' if len(gone) == 1 else 'ies'} unused for "
+                          f"{STALE_DAYS} days: {', '.join(g.name for g in gone)}", stacklevel=3)
         _save(folder, what, functools.partial(write, obj))
     return obj
 

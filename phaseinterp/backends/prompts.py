@@ -8,17 +8,34 @@ from jaxtyping import Int
 from torch import Tensor
 
 
-def distinct_prompts(prompt_id: Int[Tensor, " rows"]) -> tuple[Int[Tensor, " prompts"], Int[Tensor, " rows"]]:
+def distinct_prompts(prompt_id: Int[Tensor, " rows"], tokens: Int[Tensor, "rows pos"] | None = None
+                     ) -> tuple[Int[Tensor, " prompts"], Int[Tensor, " rows"]]:
     """(the first row of each distinct prompt, each row's prompt among them).
+
+    Args:
+        prompt_id: each row's prompt.
+        tokens: the rows' tokens: when given, rows that share a `prompt_id` must share their tokens (a batch
+            that edits a prompt's tokens must renumber it, as `interventions.pairs` does), since only the
+            first row of each prompt is run.
+
+    Raises:
+        ValueError: two rows share a `prompt_id` but not their tokens (naming the first such row).
 
     Example:
         >>> first, which = distinct_prompts(torch.tensor([4, 4, 7, 7, 7]))
         >>> first.tolist(), which.tolist()
         ([0, 2], [0, 0, 1, 1, 1])
     """
-    uniq, inverse = torch.unique(prompt_id, return_inverse=True)
+    uniq, inverse = torch.unique(prompt_id.cpu(), return_inverse=True)
     first = torch.full((len(uniq),), len(prompt_id), dtype=torch.long).scatter_reduce(
         0, inverse, torch.arange(len(prompt_id)), reduce="amin")
+    if tokens is not None:
+        differ = (tokens != tokens[first.to(tokens.device)][inverse.to(tokens.device)]).any(dim=1).nonzero()
+        if len(differ):
+            row = int(differ[0])
+            raise ValueError(f"rows {int(first[inverse[row]])} and {row} share prompt_id={int(prompt_id[row])} but not "
+                             "their tokens: allowed only rows with the same tokens under one prompt_id (renumber "
+                             "prompts whose tokens were changed)")
     return first, inverse
 
 

@@ -123,7 +123,7 @@ def prompt_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor
     from phaseinterp.backends.prompts import distinct_prompts
 
     dev = model_device(model)
-    first, inverse = distinct_prompts(prompt_id)
+    first, inverse = distinct_prompts(prompt_id, tokens)
     logits = model(tokens[first].to(dev))
     return logits[inverse.to(dev), query_pos.to(dev)]
 

@@ -106,7 +106,7 @@ class PlainModel:
     def sweep_logits(self, tokens: Tensor, query_pos: Tensor, prompt_id: Tensor) -> Tensor:
         from phaseinterp.backends.prompts import distinct_prompts
 
-        first, inverse = distinct_prompts(prompt_id)
+        first, inverse = distinct_prompts(prompt_id, tokens)
         logits = forward_logits(self.model, tokens[first].to(self._device))
         return logits[inverse.to(self._device), query_pos.to(self._device)]
 

@@ -110,7 +110,7 @@ class HFMixin:
         when every prompt projecting every position would cost more than twice the rows' own."""
         from phaseinterp.backends.prompts import distinct_prompts
 
-        first, which = distinct_prompts(prompt_id.cpu())
+        first, which = distinct_prompts(prompt_id, tokens)
         kept, where = torch.unique(query_pos.cpu(), return_inverse=True)
         if self._active or self.prefill_chunk is not None or len(first) * len(kept) > 2 * len(query_pos):
             return super().sweep_logits(tokens, query_pos, prompt_id)
