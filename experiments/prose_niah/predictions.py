@@ -73,6 +73,8 @@ PREDICTIONS = (
     Prediction("smollm2", "question", "mean-W8S8", 32, "no effect of the question's phase", flat),
     Prediction("smollm2", "value", "evict-W8S8", 8, "the strong residue stays at 7 at 4,096 tokens", strong_at((7,)),
                length=4096),
+    Prediction("gemma3-270m", "value", "evict-W8S8", 4, "weak phases at 4,096 tokens, as at 1,024",
+               lambda acc, said: said.startswith("weak"), length=4096),
     Prediction("smollm2", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     Prediction("gemma3-270m", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     *(Prediction(model, "value", "chunk-S8k*-static", 32, "weak phases at the token press's budget",

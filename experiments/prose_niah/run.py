@@ -98,7 +98,10 @@ smollm2 --n 32 --anchor question --settings mean-W8S8`; its n8 unit had no power
 question's phase), SmolLM2 at 4,096 tokens at n8 (`grid --model smollm2 --length 4096 --n 8 --n-depths 8 --settings
 evict-W8S8 none`; prediction for evict: the strong residue stays at 7, as stated for n2; the uncompressed unit is the
 reference, no prediction) and the KV-head knockout map at n8 (`knockout --model smollm2 --n 8 --n-boot 30000
---settings mean-W8S8`: enough bootstrap draws that a lone cell can pass BH-FDR over 720 cells; no prediction).
+--settings mean-W8S8`: enough bootstrap draws that a lone cell can pass BH-FDR over 720 cells; no prediction),
+and Gemma 3 270M at 4,096 tokens in its 1k regime (`grid --model gemma3-270m --length 4096 --n 4 --n-depths 4
+--settings none evict-W8S8`; prediction for evict: weak phases, as at 1k, no prediction of which residues; the
+uncompressed unit is the reference).
 
 Amended after these units' results were read (2026-12-07): a unit whose outcomes could not reach p < 0.05
 however they fell across residues (`render.powerless`: the permutation test conditions on each example's count
