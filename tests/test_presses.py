@@ -326,3 +326,40 @@ def test_phase_sweep_and_a_kv_head_knockout_run_on_a_pressed_model(model, gemma,
         assert smap.shape == (n_layers, 2, 4) and smap.clean["accuracy"] == curve.accuracy.tolist()
     finally:
         restore_presses(model)
+
+
+def test_the_backends_own_traces_run_a_static_press_fused_with_the_same_knockout(model, tokens):
+    """The engine's nnsight traces read only heads, layers, gates and entries (`engine_trace`), so a static press
+    skips its T x T kept sets there; a knockout gives the logits it gives when a hook on `hook_keep` makes the
+    press build them. A user's own trace still makes it build them (it may read `hook_keep`)."""
+    from phaseinterp.backends import HFCausalLMBackend
+    from phaseinterp.backends.edits import Replace
+
+    press_attention(model, SelectionPress("chunk", 4, 2, local=5, sink=2, layers=(1,), prefill=30, observe=3))
+    layer = pressed_layers(model)[1]
+    seen = []
+    original = layer.materializes
+    layer.materializes = lambda: seen.append(original()) or seen[-1]
+    try:
+        backend = HFCausalLMBackend(model)
+        qpos = torch.tensor([T - 1, T - 2])
+        knockout = Replace(backend.units("kv_head")[-1])
+        with backend.intervene(knockout):
+            fused = backend.final_logits(tokens, qpos)
+        assert seen and not any(seen)
+        handle = layer.hook_keep.register_forward_hook(lambda m, i, o: None)
+        try:
+            with backend.intervene(knockout):
+                built = backend.final_logits(tokens, qpos)
+        finally:
+            handle.remove()
+        assert seen[-1] is True
+        torch.testing.assert_close(fused, built, atol=1e-5, rtol=1e-4)
+        assert (fused - backend.final_logits(tokens, qpos)).abs().max() > 1e-4  # the knockout changed the logits
+        seen.clear()
+        with backend.nn.trace(tokens):
+            layer_out = backend.nn.model.layers[1].self_attn.output.save()
+        assert seen == [True] and layer_out is not None
+    finally:
+        del layer.materializes
+        restore_presses(model)

@@ -27,6 +27,7 @@ from phaseinterp.backends.tokens import TokenizerMethods
 from phaseinterp.backends.compression import Compression
 from phaseinterp.backends.edits import CycleGate, Edit, _positions, sites
 from phaseinterp.backends.units import BackendConfig, Positions, Read
+from phaseinterp.model.attention import engine_trace
 from phaseinterp.units import UNIT_KINDS, Unit, head_units
 
 SITE_ORDER = {"gate_logits": 0, "gate": 1, "entry": 2, "head": 10, "layer": 11}  # forward order inside one layer
@@ -500,7 +501,7 @@ class Backend(TLCompat, TokenizerMethods):
         nn = self.nn
         object.__setattr__(nn, "_phaseinterp_call_kwargs", self._call_kwargs(positions, len(variants)))
         try:
-            with torch.set_grad_enabled(grad), nn.trace() as tracer:
+            with engine_trace(), torch.set_grad_enabled(grad), nn.trace() as tracer:
                 for i, edits in enumerate(variants):
                     with tracer.invoke(tokens):
                         self._apply(edits, reads, values[i])

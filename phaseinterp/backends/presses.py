@@ -56,7 +56,7 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 
 from phaseinterp.backends.kv_compression import _layers, _rope_heads, restore_attention
-from phaseinterp.model.attention import in_nnsight_trace
+from phaseinterp.model.attention import nnsight_may_read
 
 KINDS = ("chunk", "token")
 
@@ -243,11 +243,11 @@ class PressedLlamaAttention(nn.Module):
     def materializes(self) -> bool:
         """Build every query's kept set and pattern over all T keys (`hook_keep`, `hook_pattern`): for
         dynamic selection, when a hook reads either (TransformerLens or torch), or inside an nnsight trace (which
-        may; nnsight sets no hooks). Otherwise a static press runs `_static`: same output, no per-head T x T tensors."""
+        may; nnsight sets no hooks) other than the backends' own (`engine_trace`: they never read either). Otherwise a static press runs `_static`: same output, no per-head T x T tensors."""
         if self.press.prefill is None:
             return True
         points = (self.hook_keep, self.hook_pattern)
-        return any(h._forward_hooks or h._forward_pre_hooks or in_nnsight_trace(h) for h in points)
+        return any(h._forward_hooks or h._forward_pre_hooks or nnsight_may_read(h) for h in points)
 
     def _static(self, q_rot: Float[Tensor, "batch head pos d_head"], k_rot: Float[Tensor, "batch kv_head pos d_head"],
                 v: Float[Tensor, "batch kv_head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:

@@ -16,7 +16,9 @@ float rounding (about 1e-6), not bit for bit, so compare outputs computed in the
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +39,25 @@ def in_nnsight_trace(module: nn.Module) -> bool:
     state = getattr(module.__dict__.get("forward"), "state", None)
     active = getattr(state, "active", None)
     return callable(active) and active()[0] is not None
+
+
+_ENGINE_TRACES = [0]  # a module-level count, not a context variable: nnsight may run the model in another thread
+
+
+@contextlib.contextmanager
+def engine_trace() -> Iterator[None]:
+    """Marks the backends' own traces (`Backend._trace`), which read and edit only their sites (heads, layers,
+    gates, entries), never attention patterns or a press's kept sets: inside one, layers need not build those."""
+    _ENGINE_TRACES[0] += 1
+    try:
+        yield
+    finally:
+        _ENGINE_TRACES[0] -= 1
+
+
+def nnsight_may_read(module: nn.Module) -> bool:
+    """Could the running nnsight trace read `module`'s output: a trace is running and it is not the engine's."""
+    return not _ENGINE_TRACES[0] and in_nnsight_trace(module)
 
 
 class Attention(nn.Module):
@@ -90,8 +111,8 @@ class Attention(nn.Module):
         reads them, or inside an nnsight trace (which may read them; nnsight sets no hooks)."""
         if self.explicit or self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks():
             return True
-        return self.patterns_in_nnsight_traces and (in_nnsight_trace(self.hook_pattern) or
-                                                    in_nnsight_trace(self.hook_attn_scores))
+        return self.patterns_in_nnsight_traces and (nnsight_may_read(self.hook_pattern) or
+                                                    nnsight_may_read(self.hook_attn_scores))
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         seq_len = x.shape[1]
@@ -136,7 +157,7 @@ class Attention(nn.Module):
     def _scores_unread(self, scores: Tensor) -> bool:
         """May the softmax overwrite the scores? Not if a hook or nnsight may hold them or a
         gradient flows through them."""
-        if self.hook_attn_scores.has_hooks() or in_nnsight_trace(self.hook_attn_scores):
+        if self.hook_attn_scores.has_hooks() or nnsight_may_read(self.hook_attn_scores):
             return False
         return not (torch.is_grad_enabled() and scores.requires_grad)
 
