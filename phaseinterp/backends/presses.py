@@ -243,7 +243,8 @@ class PressedLlamaAttention(nn.Module):
     def materializes(self) -> bool:
         """Build every query's kept set and pattern over all T keys (`hook_keep`, `hook_pattern`): for
         dynamic selection, when a hook reads either (TransformerLens or torch), or inside an nnsight trace (which
-        may; nnsight sets no hooks) other than the backends' own (`engine_trace`: they never read either). Otherwise a static press runs `_static`: same output, no per-head T x T tensors."""
+        may; nnsight sets no hooks) other than the backends' own (`engine_trace`: they never read either).
+        Otherwise a static press runs `_static`: same output, no per-head T x T tensors."""
         if self.press.prefill is None:
             return True
         points = (self.hook_keep, self.hook_pattern)
