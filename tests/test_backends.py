@@ -198,6 +198,30 @@ def test_pattern_read_restores_fused_attention(model, tokens):
     assert not any(blk.attn.explicit for blk in model.blocks)
 
 
+def test_the_engines_traces_stay_fused_and_a_users_trace_reads_patterns(model, tokens):
+    """The backend's own traces (`engine_trace`) never read patterns, so no layer builds them there; a trace of
+    the user's through `backend.nn` may, so every layer does, and the pattern it reads is the hook's."""
+    b = HookedNNsightBackend(model)
+    asked = []
+    originals = [blk.attn.needs_explicit for blk in model.blocks]
+    for blk, original in zip(model.blocks, originals):
+        blk.attn.needs_explicit = lambda original=original: asked.append(original()) or asked[-1]
+    try:
+        with b.intervene(Replace(Unit("head", 0, 0))):
+            b(tokens)
+        assert asked and not any(asked)
+        asked.clear()
+        with torch.no_grad(), b.nn.trace(tokens):
+            pattern = b.nn.blocks[1].attn.hook_pattern.output.save()
+        assert asked and all(asked)
+    finally:
+        for blk in model.blocks:
+            del blk.attn.needs_explicit
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_pattern")
+    torch.testing.assert_close(pattern, cache["blocks.1.attn.hook_pattern"])
+
+
 def test_tl_named_runner_equals_interventions_runner(model, tokens):
     b = HookedNNsightBackend(model)
     qpos = torch.tensor([39, 25, 30])

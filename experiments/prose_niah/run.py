@@ -92,7 +92,8 @@ units had no power): `grid --model gemma3-270m --n 32 --settings mean-W8S8 score
 gemma3-270m --n 32 --anchor question --settings mean-W8S8`. Predictions: no phase effect for mean-W8S8, mean-W16S8
 and the question anchor; none for score-W8S8 (SmolLM2's score unit at n32 showed weak phases against its
 prediction of none). (Wording made plain after the unit ran, meaning unchanged: "none" is no prediction, as
-predictions.py held it before the run; Gemma's score unit enters the page without a stated prediction.) `experiments/prose_niah/predictions.py` holds every prediction above as data.
+predictions.py held it before the run; Gemma's score unit enters the page without a stated prediction.)
+`experiments/prose_niah/predictions.py` holds every prediction above as data.
 
 Stated 2026-12-07 (fourth session), before these units ran: SmolLM2's decode-time mean unit at n32 (`grid --model
 smollm2 --n 32 --anchor question --settings mean-W8S8`; its n8 unit had no power; prediction: no effect of the

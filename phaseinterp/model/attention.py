@@ -74,7 +74,6 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(d, cfg.norm_eps) if cfg.qk_norm else None
         self.scale = 1.0 / math.sqrt(d)
         self.explicit = False
-        self.patterns_in_nnsight_traces = True  # HookedBackend turns it off: it never reads patterns
         cc = self.cc
         if cc is not None:
             args = (cc, D, K, d, cfg.norm_eps)
@@ -108,11 +107,11 @@ class Attention(nn.Module):
 
     def needs_explicit(self) -> bool:
         """Materialize scores and patterns: when asked (`explicit`), when a TransformerLens hook
-        reads them, or inside an nnsight trace (which may read them; nnsight sets no hooks)."""
+        reads them, or inside an nnsight trace (which may read them; nnsight sets no hooks) other than the
+        backends' own (`engine_trace`)."""
         if self.explicit or self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks():
             return True
-        return self.patterns_in_nnsight_traces and (nnsight_may_read(self.hook_pattern) or
-                                                    nnsight_may_read(self.hook_attn_scores))
+        return nnsight_may_read(self.hook_pattern) or nnsight_may_read(self.hook_attn_scores)
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         seq_len = x.shape[1]

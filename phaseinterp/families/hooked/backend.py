@@ -38,6 +38,7 @@ from phaseinterp.backends.units import BackendConfig
 from phaseinterp.gates import gate_kind
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.model.compressor import window_starts
+from phaseinterp.model.attention import engine_trace
 from phaseinterp.units import Unit
 
 
@@ -101,8 +102,6 @@ class HookedNNsightBackend(Backend):
         training = model.training
         super().__init__(model, cfg)
         model.train(training)  # no dropout: the caller's flag stays (a trainer's sweep must not flip it)
-        for block in model.blocks:  # the backend reads heads, layers, gates and entries, never patterns
-            block.attn.patterns_in_nnsight_traces = False
 
     def _forward(self, tokens: Tensor) -> Tensor:
         return self.model(tokens)
@@ -177,7 +176,7 @@ class HookedNNsightBackend(Backend):
         store: dict[str, Tensor] = {}
         attn.explicit = True  # this layer only: the others keep their (fused) path
         try:
-            with torch.no_grad(), self.nn.trace(tokens):
+            with engine_trace(), torch.no_grad(), self.nn.trace(tokens):  # layers other than this one stay fused
                 store["pattern"] = self.nn.blocks[layer].attn.hook_pattern.output.detach().clone()
         finally:
             attn.explicit = before
