@@ -103,7 +103,9 @@ reference, no prediction) and the KV-head knockout map at n8 (`knockout --model 
 --settings mean-W8S8`: enough bootstrap draws that a lone cell can pass BH-FDR over 720 cells; no prediction),
 and Gemma 3 270M at 4,096 tokens in its 1k regime (`grid --model gemma3-270m --length 4096 --n 4 --n-depths 4
 --settings none evict-W8S8`; prediction for evict: weak phases, as at 1k, no prediction of which residues; the
-uncompressed unit is the reference).
+uncompressed unit is the reference). Then SmolLM2's static chunk press at its 1k budget at 4,096 tokens (`grid
+--model smollm2 --length 4096 --n 8 --n-depths 8 --layers 0-29 --settings chunk-S8k2-static chunk-S8k1-static`);
+prediction for k2: strong at residues 0-4, weak at 5-7, as at 1,024 tokens (k1: no prediction).
 
 Amended after these units' results were read (2026-12-07): a unit whose outcomes could not reach p < 0.05
 however they fell across residues (`render.powerless`: the permutation test conditions on each example's count
