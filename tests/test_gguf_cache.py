@@ -3,6 +3,7 @@ and (on SmolLM2's real file) that a cached load is the GGUF load, bit for bit.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -73,6 +74,26 @@ def test_only_entries_unused_for_stale_days_are_pruned(tmp_path):
     assert sorted(p.name for p in gone) == [".killed.model.abcd", "old"]
     assert sorted(p.name for p in root.iterdir()) == ["new", "recent"]
     assert gguf.prune(tmp_path / "absent", keep=root, now=1e9) == []
+
+
+def test_a_cached_load_marks_its_entry_used_and_a_new_entry_prunes_stale_ones(monkeypatch, tmp_path):
+    monkeypatch.setenv(gguf.CACHE_ENV, str(tmp_path / "c"))
+    monkeypatch.setattr(gguf, "_quiet", contextlib.nullcontext)
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"1234")
+    folder = gguf.cache_dir(f)
+    write = lambda obj, where: (where / "obj.txt").write_text(obj)  # noqa: E731
+    load = lambda where, gguf_file=None: "converted" if gguf_file else (Path(where) / "obj.txt").read_text()  # noqa: E731
+    stale = folder.parent / "old-entry"
+    stale.mkdir(parents=True)
+    (stale / "model.done").write_text("complete\n")
+    os.utime(stale / "model.done", (1.0, 1.0))
+    with pytest.warns(UserWarning, match="removed 1 GGUF cache entry unused for 30 days: old-entry"):
+        assert gguf._converted(f, "model", load, write) == "converted"
+    assert not stale.exists() and gguf._complete(folder, "model")
+    os.utime(folder / "model.done", (1.0, 1.0))
+    assert gguf._converted(f, "model", load, write) == "converted"  # read back from the cache
+    assert gguf._last_used(folder) > 1.0
 
 
 def test_an_unwritable_cache_warns_instead_of_raising(tmp_path):

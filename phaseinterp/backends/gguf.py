@@ -104,13 +104,11 @@ def _last_used(entry: Path) -> float:
 def prune(root: Path, keep: Path, now: float, stale_days: float = STALE_DAYS) -> list[Path]:
     """Remove the cache entries under `root` (but `keep`) unused for `stale_days` days, and the temporary
     folders of writers killed as long ago; returns what was removed."""
-    gone = []
-    for entry in root.iterdir() if root.is_dir() else ():
-        used = _last_used(entry) or entry.stat().st_mtime
-        if entry.is_dir() and entry != keep and now - used > stale_days * 86400:
-            shutil.rmtree(entry, ignore_errors=True)
-            gone.append(entry)
-    return gone
+    stale = [entry for entry in (root.iterdir() if root.is_dir() else ()) if entry.is_dir() and entry != keep
+             and now - (_last_used(entry) or entry.stat().st_mtime) > stale_days * 86400]
+    for entry in stale:
+        shutil.rmtree(entry, ignore_errors=True)
+    return stale
 
 
 def _converted(path: Path, what: str, load: Callable[..., Any], write: Callable[[Any, Path], None]) -> Any:
