@@ -122,6 +122,12 @@ equals its n8 unit, old path, on all 64 shared rows). Those two units ran partly
 old path: SmolLM2's chunk-S8k1-static n32 minibatches 0-74, its question-anchor evict-W8S8 n32 minibatches 0-83
 (the journals under runs/prose_niah/ keep each minibatch).
 
+Stated 2026-12-07 (fifth session), before these units ran: SmolLM2's two 4,096-token units that showed weak phases
+at n8 grow to n32, the issue's count (`grid --model smollm2 --length 4096 --n 32 --n-depths 8 --settings evict-W8S8`
+and `grid --model smollm2 --length 4096 --n 32 --n-depths 8 --layers 0-29 --settings chunk-S8k2-static`; with 8
+depths each n8 unit's prompts are its n32 unit's first 8, so only the n32 unit enters the Holm family). Predictions,
+as at n8: evict's strongest residue is 7; the chunk press is strong at residues 0-4 and weak at 5-7.
+
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
 under runs/prose_niah/ keeps finished minibatches). Accuracy is teacher-forced exact match of every
