@@ -44,6 +44,10 @@ def test_knockout_command_reports_the_planted_owners(checkpoint, tmp_path, capsy
     printed = capsys.readouterr().out
     assert "coverage (knockout <= -50 pp, significant: BH-FDR q=0.05)" in printed
     assert "significant cells: 2 of 8 at BH-FDR q=0.05, 2 with the uncorrected interval" in printed
+    # each planted head owns one residue of 4: -25 pp pooled, significant over 2 units
+    assert [(u["unit"], u["value"], u["significant_fdr"]) for u in summary["pooled"]] == [("L0.KV0", -25.0, True),
+                                                                                          ("L0.KV1", -25.0, True)]
+    assert "pooled over residues (each unit tested once, BH-FDR q=0.05 over 2 units): 2 significant: L0.KV0 -25.0 pp" in printed
 
 
 def test_self_calibrated_knockout_command_finds_the_same_owners(checkpoint, tmp_path, capsys):

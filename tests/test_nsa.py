@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -101,6 +102,9 @@ def test_branch_knockout_changes_output_and_a_noop_warns():
         m = branch_knockout(model, batch, n_boot=20)
     assert m.shape == (2, 3, 8) and m.coords["branch"] == ["compress", "select", "sliding"]
     assert m.p.shape == m.shape and ((m.p > 0) & (m.p <= 1)).all()  # per-cell bootstrap p-values, never 0
+    pooled = m.pooled()  # one test per branch and layer: balanced rows, so the mean of its cells
+    assert pooled["unit"].tolist()[:3] == ["L0.compress", "L0.select", "L0.sliding"]
+    np.testing.assert_allclose(pooled["value"], m.values.mean(-1).reshape(-1))
     with torch.no_grad():  # close the compressed branch's gate everywhere: zeroing it is then a no-op
         for block in model.blocks:
             block.attn.nsa.to_strategy_combine[0].bias[0::3] = -1e4

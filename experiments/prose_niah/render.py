@@ -256,8 +256,20 @@ def knockout_lines() -> list[str]:
         out += [f"**KV-head knockout map**, {r['model']} under {r['setting']} (layers {r['layers']}), {r['length']} "
                 f"tokens, {r['n_per_residue']} prompts per residue (`{f.relative_to(ROOT)}`): {sig['fdr']} of "
                 f"{sig['cells']} estimable cells ({smap.values.size} in all) significant ({sig['rule']}){notes}; the cells where a "
-                f"knockout lowers accuracy most: {cells}.", ""]
+                f"knockout lowers accuracy most: {cells}.{pooled_sentence(smap)}", ""]
     return out
+
+
+def pooled_sentence(smap) -> str:
+    """" Each head tested once, residues pooled (BH over N heads): ..." for maps that carry the pooled test."""
+    try:
+        table = smap.pooled(ALPHA)
+    except ValueError:  # a map written before the pooled test
+        return ""
+    hits = table[table["significant_fdr"]].sort_values("p")
+    named = ", ".join(f"{r.unit} ({r.value:+.1f} pp, [{r.lo:+.1f}, {r.hi:+.1f}])" for r in hits.itertuples()) or "none"
+    return (f" Each KV head tested once with its residues pooled (BH-FDR q={ALPHA:g} over "
+            f"{int(table['p'].notna().sum())} heads): {len(hits)} significant: {named}.")
 
 
 def kept_lines() -> list[str]:

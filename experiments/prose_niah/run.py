@@ -299,7 +299,8 @@ def run_knockout(model, tok: str, args: argparse.Namespace, name: str, layers: s
     apply_attention(model, how)
     start = time.time()
     smap = knockout_map(model, batch, calibration, level="kv_head", n_boot=args.n_boot, seed=args.seed, max_rows=args.batch_size,
-                        progress=False, label=f"{args.model} {name} L{layers}")
+                        progress=False, label=f"{args.model} {name} L{layers}",
+                        resume=JOURNAL / path.relative_to(RESULTS).with_suffix(""))
     apply_attention(model, None)
     significant, which = smap.significance("fdr")
     result = {"model": args.model, "length": args.length, "setting": name, "layers": layers, "n_per_residue": args.n,

@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
                "coverage": smap.coverage(args.threshold, significant=which, q=q),
                "uncovered_residues": smap.uncovered(args.threshold, significant=which, q=q),
                "masked": smap.meta.get("masked"),
-               "units": unit_summary(smap), "top": smap.top(10).to_dict(orient="records"),
+               "units": unit_summary(smap), "pooled": smap.pooled(q).to_dict(orient="records"),
+               "top": smap.top(10).to_dict(orient="records"),
                "method": smap.meta["intervention"]["method"]}
     for key in ("patch_mapping", "patch_phase"):
         if key in res:
@@ -177,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
         if u["mean"] is not None:
             print(f"  unit {u['unit']}: mean {u['mean']:.1f}{unit}, min {u['min']:.1f}{unit} (residue {u['worst_residue']}), "
                   f"range over residues {u['range']:.1f}{unit}")
+    pooled = [u for u in summary["pooled"] if u["significant_fdr"]]
+    print(f"  pooled over residues (each unit tested once, BH-FDR q={q:g} over {len(summary['pooled'])} units): "
+          f"{len(pooled)} significant{': ' if pooled else ''}"
+          + ", ".join(f"{u['unit']} {u['value']:+.1f}{unit}" for u in sorted(pooled, key=lambda u: u["p"])))
     if curve.n_correct.sum() == 0:
         print("note: the clean model is wrong at every residue: a knockout cannot lower its accuracy; "
               "knockouts need a model that retrieves")

@@ -24,7 +24,7 @@ from phaseinterp.interventions.calibration import (REPLACEMENTS, SELF, Calibrati
 from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.interventions.options import RELIABLE_FLOOR, KnockoutOptions  # noqa: F401  (RELIABLE_FLOOR: re-exported)
 from phaseinterp.interventions.runner import UnitEdit, runnable, unchanged_units, warn_unchanged
-from phaseinterp.interventions.stats import CHANGES, accuracy_change
+from phaseinterp.interventions.stats import CHANGES, accuracy_change, pooled_change
 from phaseinterp.measure import PhaseCurve, model_period
 from phaseinterp.measure.journal import journaled_chunks
 from phaseinterp.measure.provenance import model_config, versions
@@ -323,7 +323,8 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
         ["all"]), values in pp (or %, masked below `floor`), `lo`/`hi` bootstrap bounds
         (`significant`: the interval excludes 0), two-sided bootstrap p-values `p` from the same
         replicates (`significant_fdr(q)`: Benjamini-Hochberg across the map's cells), extras
-        `acc_knockout`, `masked` and the clean curve.
+        `acc_knockout`, `masked`, each unit's change over all residues with its interval and p-value
+        (`pooled()`: BH across units) and the clean curve.
 
     Warns:
         UserWarning: naming the units whose knockout changed no logit.
@@ -390,6 +391,8 @@ def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit
     layer_ids = sorted({u.layer for u in units})
     n_unit = level_size(model.cfg, o.level)
     shape = (len(layer_ids), n_unit, R)
+    pooled = pooled_change(clean, ko, batch.example_id.cpu().numpy(), change=o.change, n_boot=o.n_boot,
+                           confidence=o.confidence, seed=o.seed)
     S = model_period(model)
     curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=o.n_boot, n_perm=200,
                                     confidence=o.confidence, seed=o.seed, label=f"{o.label} clean".strip())
@@ -402,7 +405,7 @@ def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit
         coords={"layer": layer_ids, axis: unit_coords(model.cfg, o.level), "residue": list(range(R))},
         lo=lo.reshape(shape), hi=hi.reshape(shape), p=p.reshape(shape),
         extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape),
-                "masked": masked},
+                "masked": masked, **{k: v.reshape(shape[:-1]) for k, v in pooled.items()}},
         clean=curve.to_dict(), direction=-1, clip=100.0,
         quantity="relative accuracy change (%)" if o.change == "relative" else "absolute accuracy change (pp)",
         meta={"label": o.label, "masked": mask_note,

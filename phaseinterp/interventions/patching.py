@@ -34,7 +34,7 @@ from phaseinterp.interventions.options import PatchingOptions
 from phaseinterp.interventions.knockout import is_correct, knockout_edit, path_meta, unit_axis, unit_coords
 from phaseinterp.interventions.pairs import Pairing
 from phaseinterp.interventions.runner import runnable, unchanged_units, warn_unchanged
-from phaseinterp.interventions.stats import accuracy_change, by_residue
+from phaseinterp.interventions.stats import accuracy_change, by_residue, pooled_change
 from phaseinterp.units import check_layers, check_level, head_units
 from phaseinterp.measure.journal import journaled_chunks
 from phaseinterp.measure.provenance import model_config, versions
@@ -333,7 +333,10 @@ def _patching_map(model, pair: Pairing, clean_logits: Tensor, corrupt_logits: Te
     mask_note = None if not masked.any() else {
         "reason": f"the clean-corrupt logit difference gap is below rel_min={rel_min:g} x its scale: nothing to restore",
         "rel_min": rel_min, "residues": [int(r) for r in np.flatnonzero(small)]}
-    extras = {"clean_minus_corrupt": np.broadcast_to(gap, shape), "masked": masked, "acc_patched": cells(acc_patched)}
+    pooled = pooled_change(base_ok, patched_ok, clean.example_id.cpu().numpy(), n_boot=stats["n_boot"],
+                           confidence=stats["confidence"], seed=stats["seed"])
+    extras = {"clean_minus_corrupt": np.broadcast_to(gap, shape), "masked": masked, "acc_patched": cells(acc_patched),
+              **{k: _cells(v, shape[:-1], present) for k, v in pooled.items()}}  # the pp change, both modes
     if normalized:
         # the normalized values have no interval, so no p-value: the pp change's test rides along in the extras
         values, bounds, quantity, clip = cells(norm), (None, None, None), "normalized logit difference restored", 1.0

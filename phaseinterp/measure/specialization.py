@@ -22,6 +22,9 @@ BY = ("important", "abs", "neg", "pos")
 #: Which cells figures, summaries and `coverage` call significant: "fdr", Benjamini-Hochberg at
 #: level q across the map's estimable cells (needs `p`); "uncorrected", each cell's interval excludes 0.
 SIGNIFICANCE = ("fdr", "uncorrected")
+#: The extras of `SpecializationMap.pooled`: each unit's change over all rows (every residue at once),
+#: its interval and p-value, shaped like the map without its last axis.
+POOLED = ("pooled", "pooled_lo", "pooled_hi", "pooled_p")
 
 
 def _from_json_array(x: Any) -> np.ndarray:
@@ -194,6 +197,34 @@ class SpecializationMap:
             return None
         with np.errstate(invalid="ignore"):
             return adjusted <= q
+
+    def pooled(self, q: float = 0.05) -> pd.DataFrame:
+        """One row per unit (`row_labels` order): its change over all residues at once (`value`, in the
+        map's quantity; a normalized patching map's in pp, the accuracy change its extras test), the
+        interval (`lo`, `hi`) and p-value of the same paired cluster bootstrap, `p_fdr` (Benjamini-Hochberg
+        across units) and `significant_fdr` (p_fdr <= q). It asks whether a unit matters at all, with one
+        test per unit: a unit that lowers accuracy a little at every residue can pass here and fail BH over
+        the map's cells.
+
+        Raises:
+            ValueError: the map has no pooled test (written before it existed, or built by hand).
+
+        Example:
+            >>> m = knockout_map(model, batch, calib, n_boot=2000)
+            >>> m.pooled().sort_values("p").head(3)  # the units that matter, residues pooled
+        """
+        check_q(q)
+        missing = [k for k in POOLED if k not in self.extras]
+        if missing:
+            raise ValueError(f"this map has no pooled test (extras lack {missing}): allowed maps that knockout_map, "
+                             "activation_patching or branch_knockout built with it; run the map again")
+        value, lo, hi, p = (self.extras[k].reshape(-1) for k in POOLED)
+        adjusted = bh_adjust(p)
+        with np.errstate(invalid="ignore"):
+            df = pd.DataFrame({"unit": self.row_labels(), "value": value, "lo": lo, "hi": hi, "p": p, "p_fdr": adjusted,
+                               "significant_fdr": adjusted <= q})
+        df.attrs["quantity"] = "absolute accuracy change (pp)" if "change_pp" in self.extras else self.quantity
+        return df
 
     def significance(self, which: str = "fdr", q: float = 0.05) -> tuple[Bool[np.ndarray, "..."] | None, str]:
         """The cells a figure or summary calls significant, and the name of that rule:
@@ -399,7 +430,20 @@ class SpecializationMap:
                 lines.append(f"  {label}: {mean:+.0f}{unit} at {axis}s {', '.join(map(str, hit))} ({why})")
         if len(lines) == 1:
             lines.append(f"  no unit reaches {threshold}{unit} at any {axis} ({why})")
-        return "\n".join(lines)
+        return "\n".join(lines + self._pooled_lines())
+
+    def _pooled_lines(self, q: float = 0.05) -> list[str]:
+        """`__str__`'s lines for the units significant with residues pooled (`pooled`), if the map has them."""
+        if any(k not in self.extras for k in POOLED):
+            return []
+        df = self.pooled(q)
+        family = f"BH-FDR q={q:g} over {int(np.isfinite(df['p']).sum())} units"
+        hits = df[df["significant_fdr"]].sort_values("p")
+        if hits.empty:
+            return [f"  pooled over {self.dims[-1]}s: no unit significant ({family})"]
+        unit = " pp" if df.attrs["quantity"].endswith("(pp)") else "%"
+        return [f"  pooled over {self.dims[-1]}s ({family}):"] + [
+            f"    {r.unit}: {r.value:+.0f}{unit} [{r.lo:+.0f}, {r.hi:+.0f}], p = {r.p:.2g}" for r in hits.itertuples()]
 
     def _sig_counts(self, q: float = 0.05) -> str:
         """", significant: 7 of 128 uncorrected, 3 at BH-FDR q=0.05" (what repr and Jupyter show)."""
