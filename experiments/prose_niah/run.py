@@ -127,6 +127,11 @@ at n8 grow to n32, the issue's count (`grid --model smollm2 --length 4096 --n 32
 and `grid --model smollm2 --length 4096 --n 32 --n-depths 8 --layers 0-29 --settings chunk-S8k2-static`; with 8
 depths each n8 unit's prompts are its n32 unit's first 8, so only the n32 unit enters the Holm family). Predictions,
 as at n8: evict's strongest residue is 7; the chunk press is strong at residues 0-4 and weak at 5-7.
+Then, in this order: SmolLM2's KV-head knockout map at n8 is computed again by its own command, to add the test of each
+head with its residues pooled (`SpecializationMap.pooled`, BH over the 90 heads), which its file predates (the cells
+must equal the committed file's; no prediction: its strongest cells, at L1.KV0, were read before); the uncompressed
+SmolLM2 at 4,096 tokens grows to n32 (the reference; no prediction); and the 1-chunk static press at 4,096 tokens (n8,
+stated above, no prediction).
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
