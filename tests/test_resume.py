@@ -96,3 +96,31 @@ def test_killed_runs_resume_bit_identical(tmp_path, verb):
         assert sum(r[next(iter(r))] for r in resumed) == len(done) and sum(r["of"] for r in resumed) == n_units
         assert not (out / ".lock").exists() and not (out / ".journal").exists()
         assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_resumed_result_counts_the_time_its_journal_recorded(tmp_path):
+    """Each journaled unit keeps its compute time, so a resumed sweep says how long the parts earlier runs
+    computed took; units a journal holds without a time (written before it was kept) are counted apart."""
+    import numpy as np
+
+    from phaseinterp.interventions.planted import planted_model
+    from phaseinterp.measure import phase_sweep
+    from phaseinterp.measure.journal import SECONDS, Journal
+    from phaseinterp.tasks import RecordLookup
+
+    model = planted_model(64, stride=4, key_offsets=(0, 2))
+    batch = RecordLookup(vocab_size=64, n_records=8, n_demos=2).sample(4, 4, seed=0)
+    first = phase_sweep(model, batch, batch_size=4, resume=tmp_path / "j", progress=False, n_boot=20, n_perm=20)
+    assert first.config["resumed"] == {"minibatches": 0, "of": 4, "seconds": 0.0}
+    files = sorted((tmp_path / "j").glob("mb*.npz"))
+    recorded = [float(np.load(f)[SECONDS]) for f in files]
+    assert len(recorded) == 4 and min(recorded) > 0
+    files[0].unlink()  # killed before its first minibatch was written: that one runs again
+    again = phase_sweep(model, batch, batch_size=4, resume=tmp_path / "j", progress=False, n_boot=20, n_perm=20)
+    assert again.config["resumed"] == {"minibatches": 3, "of": 4, "seconds": round(sum(recorded[1:]), 1)}
+    assert np.array_equal(again.correct, first.correct)
+    journal = Journal(tmp_path / "old", "sweep", {"x": "1"})
+    journal.put("mb000000", correct=np.array([True]))  # no time recorded
+    journal.put("mb000001", seconds=2.5, correct=np.array([False]))
+    assert SECONDS not in journal.get("mb000000") and journal.get("mb000001")["correct"].tolist() == [False]
+    assert journal.resumed("minibatches", 3) == {"minibatches": 2, "of": 3, "seconds": 2.5, "untimed": 1}

@@ -135,7 +135,9 @@ stated above, no prediction).
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
-under runs/prose_niah/ keeps finished minibatches). Accuracy is teacher-forced exact match of every
+under runs/prose_niah/ keeps finished minibatches, each with its compute time: a resumed unit's `seconds` adds the
+time its journal recorded; units resumed before the time was kept count only their last run's, and say how many
+minibatches had no time in `seconds_untimed` when resumed after). Accuracy is teacher-forced exact match of every
 answer token; curves have cluster-bootstrap intervals and two tests (no phase effect: permutation of
 accuracy against residue; period: accuracy depends on the residue only through residue mod S).
 """
@@ -249,6 +251,14 @@ def unit_path(model: str, length: int, anchor: str, name: str, layers: str, n: i
     return RESULTS / model / folder / f"T{length}-{anchor}-{name}-L{layers}-n{n}.json"
 
 
+def seconds(start: float, resumed: dict[str, Any] | None) -> dict[str, Any]:
+    """A unit's compute time: this run's, plus what its journal recorded for the parts earlier runs computed
+    ("seconds_untimed": how many of those parts had no recorded time, journals before it was kept)."""
+    resumed = resumed or {}
+    return {"seconds": round(time.time() - start + resumed.get("seconds", 0.0), 1),
+            **({"seconds_untimed": resumed["untimed"]} if resumed.get("untimed") else {})}
+
+
 def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, anchor: str,
              folder: str = "") -> dict[str, Any]:
     """One (length, anchor, setting, layers) unit: its phase curve and depth x phase grid, written to its
@@ -276,7 +286,8 @@ def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, 
               "compression": None if how is None else {"class": type(how).__name__, **how.to_dict()},
               "n_per_residue": args.n, "modulus": MODULUS, "seed": args.seed, "task": task.card(),
               "summary": curve.to_dict()["summary"], "curve": curve.to_dict(), "grid": grid.to_dict(),
-              "seconds": round(time.time() - start, 1), "command": "python -m experiments.prose_niah.run " + " ".join(args.argv),
+              **seconds(start, curve.config.get("resumed")),
+              "command": "python -m experiments.prose_niah.run " + " ".join(args.argv),
               "versions": versions()}
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(result, indent=1, default=float) + "\n"
@@ -309,7 +320,7 @@ def run_knockout(model, tok: str, args: argparse.Namespace, name: str, layers: s
     apply_attention(model, None)
     significant, which = smap.significance("fdr")
     result = {"model": args.model, "length": args.length, "setting": name, "layers": layers, "n_per_residue": args.n,
-              "modulus": MODULUS, "seed": args.seed, "map": smap.to_dict(), "seconds": round(time.time() - start, 1),
+              "modulus": MODULUS, "seed": args.seed, "map": smap.to_dict(), **seconds(start, smap.meta.get("resumed")),
               "significant_fdr_cells": int(np.sum(significant)) if significant is not None else None, "which": which,
               "command": "python -m experiments.prose_niah.run " + " ".join(args.argv)}
     write_atomic(path, json.dumps(result, default=float) + "\n")

@@ -316,7 +316,7 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
             forward takes, `units_per_forward`) records its per-row correctness there, and chunks
             already recorded by a killed run are taken from it; the map is the same bit for bit.
             A journal of another model, batch, calibration or settings is refused. The map's
-            `meta["resumed"]` = {"chunks": taken from the journal, "of": all}.
+            `meta["resumed"]` = {"chunks": taken from the journal, "of": all, "seconds": their compute time}.
 
     Returns:
         SpecializationMap with dims (layer, level, residue) (level "layer": axis "heads" =
@@ -417,7 +417,7 @@ def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),
               "seed": o.seed, "n_boot": o.n_boot, "confidence": o.confidence, "versions": versions(),
               **({} if journal is None else
-                 {"resumed": {"chunks": journal.taken, "of": -(-len(units) // units_per_forward(batch, o.max_rows))}})})
+                 {"resumed": journal.resumed("chunks", -(-len(units) // units_per_forward(batch, o.max_rows)))})})
 
 
 def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None, *, layer: int,

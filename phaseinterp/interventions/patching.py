@@ -174,8 +174,7 @@ def activation_patching(model, pair: Pairing, *, options: PatchingOptions | None
                          _intervention(model, pair, o, positions, fast),
                          {"change": o.change, "n_boot": o.n_boot, "confidence": o.confidence, "seed": o.seed})
     if journal is not None:
-        out.meta["resumed"] = {"chunks": journal.taken,
-                               "of": -(-len(labels) // max(1, o.max_rows // len(pair.corrupt)))}
+        out.meta["resumed"] = journal.resumed("chunks", -(-len(labels) // max(1, o.max_rows // len(pair.corrupt))))
     return out
 
 

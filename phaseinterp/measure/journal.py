@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -23,6 +24,7 @@ from phaseinterp.families.resolve import module_of
 from phaseinterp.measure.outputs import write_atomic
 
 FORMAT = 1
+SECONDS = "_seconds"  # a unit's compute time, kept in its file beside its arrays
 
 
 def digest(*parts: Any) -> str:
@@ -90,6 +92,10 @@ class Journal:
         >>> again = Journal("work", "sweep", inputs)  # a later run: takes what is there
         >>> again.get("mb000000")["correct"].tolist(), again.get("mb000001"), again.taken
         ([True, False], None, 1)
+
+    A unit recorded with `put(key, seconds=...)` keeps its compute time: `seconds_taken` sums it over
+    the units read back (`untimed` counts those recorded without it), so a resumed result can say how
+    long the whole computation took, not only its last run (`resumed`).
     """
 
     def __init__(self, folder: str | Path, kind: str, inputs: dict[str, Any]) -> None:
@@ -97,6 +103,8 @@ class Journal:
         self.kind = kind
         self.inputs = {k: v if isinstance(v, str) else digest(v) for k, v in inputs.items()}
         self.taken = 0  # units read back from the journal by this run
+        self.seconds_taken = 0.0  # their compute time, as the runs that computed them recorded it
+        self.untimed = 0  # units read back without a recorded time (journals written before it was kept)
         self.folder.mkdir(parents=True, exist_ok=True)
         for tmp in self.folder.glob(".*.tmp-*"):  # a write a killed run did not finish
             tmp.unlink(missing_ok=True)
@@ -138,13 +146,26 @@ class Journal:
             raise ValueError(f"journal file {str(path)!r} cannot be read ({err}): allowed files this library wrote; "
                              "remove it and resume (that unit is computed again)") from None
         self.taken += 1
+        seconds = out.pop(SECONDS, None)
+        if seconds is None:
+            self.untimed += 1
+        else:
+            self.seconds_taken += float(seconds)
         return out
 
-    def put(self, key: str, **arrays: np.ndarray) -> None:
-        """Record finished unit `key` (whole or not at all)."""
+    def put(self, key: str, *, seconds: float | None = None, **arrays: np.ndarray) -> None:
+        """Record finished unit `key` (whole or not at all), with the `seconds` it took to compute."""
+        if seconds is not None:
+            arrays[SECONDS] = np.float64(seconds)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         write_atomic(self._path(key), buf.getvalue())
+
+    def resumed(self, what: str, of: int) -> dict[str, Any]:
+        """A result's `resumed` entry: {what: units read back, "of": all units, "seconds": their recorded
+        compute time} (+ "untimed": how many of them had none)."""
+        return {what: self.taken, "of": of, "seconds": round(self.seconds_taken, 1),
+                **({"untimed": self.untimed} if self.untimed else {})}
 
 
 def open_journal(resume: str | Path | Journal | None, kind: str, inputs: dict[str, Any]) -> Journal | None:
@@ -173,8 +194,9 @@ def journaled_chunks(n_units: int, per: int, journal: Journal | None, compute: C
                     raise ValueError(f"journal {str(journal.folder)!r}: chunk {c} holds {shapes}, allowed "
                                      f"{(len(idx), rows)}; remove the journal to start over")
             else:
+                start = time.perf_counter()
                 done = compute(idx)
                 if journal is not None:
-                    journal.put(f"chunk{c:05d}", **done)
+                    journal.put(f"chunk{c:05d}", seconds=time.perf_counter() - start, **done)
             yield idx, done
             bar.update(len(idx))

@@ -8,6 +8,7 @@ query positions (`Backend.sweep_logits`); any other tokens -> logits callable ru
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -105,10 +106,11 @@ def _evaluate(model: Any, batch: PhaseBatch, *, batch_size: int, device: torch.d
                                      f"rows, allowed ({len(mb)},); remove the journal to start over")
                 out.append(torch.from_numpy(done["correct"]))
                 continue
+            start = time.perf_counter()
             pred = model.sweep_logits(mb.tokens, mb.query_pos, mb.prompt_id).argmax(-1).cpu()
             out.append((pred[:, None] == mb.answers).any(1))
             if journal is not None:
-                journal.put(f"mb{i:06d}", correct=out[-1].numpy())
+                journal.put(f"mb{i:06d}", seconds=time.perf_counter() - start, correct=out[-1].numpy())
     return per_row(torch.cat(out), owner, n_rows), journal
 
 
@@ -131,7 +133,7 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
         device, progress: see `evaluate_correct`.
         label, n_boot, n_perm, confidence, seed, config: see `PhaseCurve.from_correct`.
         resume: a journal folder (see `evaluate_correct`); the curve's config records
-            `resumed` = {"minibatches": taken from the journal, "of": all}.
+            `resumed` = {"minibatches": taken from the journal, "of": all, "seconds": their compute time}.
 
     Returns:
         PhaseCurve recording the task and model configuration, the seed and library versions.
@@ -163,7 +165,7 @@ def phase_sweep(model: Model | Bool[Tensor, " batch"], batch: PhaseBatch, *, bat
             info["logits"] = how
         if journal is not None:
             of = sum(1 for _ in token_rows(batch)[0].minibatches(batch_size, whole_prompts=True))
-            info["resumed"] = {"minibatches": journal.taken, "of": of}
+            info["resumed"] = journal.resumed("minibatches", of)
     info["sweep"] = {"batch_size": batch_size, "n_boot": n_boot, "n_perm": n_perm, "confidence": confidence}
     return PhaseCurve.from_correct(correct, batch, period=period, n_boot=n_boot, n_perm=n_perm,
                                    confidence=confidence, seed=seed, label=label, config={**info, **(config or {})})
