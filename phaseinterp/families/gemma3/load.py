@@ -5,8 +5,8 @@ them into one 253 MB Q4_K_M GGUF file (sha256-checked) in `~/.cache/gemma3_270m_
 once: later calls find the file there and only check its hash. transformers reads the file (with
 `gguf` and `accelerate`) as a float32 `Gemma3ForCausalLM`: 18 layers (sliding-window layers of 512
 tokens interleaved 5:1 with global ones: global 5, 11, 17), 4 query heads over 1 KV head,
-head_dim 256, vocabulary 262,144, with its own tokenizer (it adds `<bos>`): 118 s the first time on this
-project's 2-core CPU, 7.4 s after (`backends.gguf` caches the conversion). Nothing is downloaded
+head_dim 256, vocabulary 262,144, with its own tokenizer (it adds `<bos>`): about a minute the first time
+on this project's 2-core CPU (docs/backends.md), 7.4 s after (`backends.gguf` caches the conversion). Nothing is downloaded
 (`local_files_only=True`). Compress it with `attention.compress_gemma3` and wrap it with
 `backend_for` (a `CompressedHFBackend`).
 """
@@ -56,10 +56,8 @@ def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.dev
     Example:
         >>> model, tokenizer = load_gemma3_270m()  # doctest: +SKIP
     """
-    from phaseinterp.backends.gguf import load_gguf_model, load_gguf_tokenizer
+    from phaseinterp.backends.gguf import load_gguf
     from phaseinterp.families.gemma3 import attention  # noqa: F401  (registers the wrapper compress_attention uses)
 
-    path = gemma3_270m_file()
-    tokenizer = load_gguf_tokenizer(path)
-    model = load_gguf_model(path, dtype=dtype, attn_implementation="eager")
+    model, tokenizer = load_gguf(gemma3_270m_file(), dtype=dtype, attn_implementation="eager")
     return model.to(device).eval(), tokenizer
