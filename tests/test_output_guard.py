@@ -54,7 +54,7 @@ def test_second_run_on_a_held_folder_is_refused_and_a_killed_holders_lock_is_tak
     assert main([*SWEEP, "--out", str(out), "--resume"]) == 0
     err = capsys.readouterr().err
     assert f"took over the stale lock of {str(out)!r} (pid {holder.pid}" in err
-    assert json.loads((out / "curve.json").read_text())["config"]["resumed"] == {"minibatches": 2, "of": 8}
+    assert json.loads((out / "curve.json").read_text())["config"]["resumed"].items() >= {"minibatches": 2, "of": 8}.items()
     assert not (out / ".lock").exists()
 
 
@@ -114,9 +114,9 @@ def test_journal_refuses_other_inputs_and_resume_api(tmp_path):
     batch = task.sample(4, modulus=4)
     kw = dict(batch_size=4, progress=False, n_boot=50, n_perm=50)
     first = phase_sweep(model, batch, resume=tmp_path / "j", **kw)
-    assert first.config["resumed"] == {"minibatches": 0, "of": 4}
+    assert first.config["resumed"] == {"minibatches": 0, "of": 4, "seconds": 0.0}
     again = phase_sweep(model, batch, resume=tmp_path / "j", **kw)
-    assert again.config["resumed"] == {"minibatches": 4, "of": 4}
+    assert again.config["resumed"].items() >= {"minibatches": 4, "of": 4}.items()
     assert torch.equal(torch.as_tensor(again.correct), torch.as_tensor(first.correct))
     other = HookedCompressedTransformer(preset("tiny-w4s4"), seed=1).eval()
     with pytest.raises(ValueError, match=r"was made from other inputs \(different: model\)"):
@@ -139,10 +139,10 @@ def test_knockout_map_resume_api(tmp_path):
     plain = knockout_map(model, batch, calib, **kw)
     first = knockout_map(model, batch, calib, resume=tmp_path / "j", **kw)
     n = len(plain.coords["layer"]) * len(plain.coords["head"])
-    assert first.meta["resumed"] == {"chunks": 0, "of": n}
+    assert first.meta["resumed"] == {"chunks": 0, "of": n, "seconds": 0.0}
     (tmp_path / "j" / "chunk00001.npz").unlink()  # as if killed before that chunk was recorded
     again = knockout_map(model, batch, calib, resume=tmp_path / "j", **kw)
-    assert again.meta["resumed"] == {"chunks": n - 1, "of": n}
+    assert again.meta["resumed"].items() >= {"chunks": n - 1, "of": n}.items()
     for m in (first, again):
         assert m.values.tobytes() == plain.values.tobytes()
         assert m.extras["acc_knockout"].tobytes() == plain.extras["acc_knockout"].tobytes()
@@ -165,7 +165,7 @@ def test_activation_patching_resume_api(tmp_path):
     assert n == len(plain.coords["layer"]) * len(plain.coords["head"]) and first.meta["resumed"]["chunks"] == 0
     (tmp_path / "j" / "chunk00002.npz").unlink()
     again = activation_patching(model, pair, resume=tmp_path / "j", **kw)
-    assert again.meta["resumed"] == {"chunks": n - 1, "of": n}
+    assert again.meta["resumed"].items() >= {"chunks": n - 1, "of": n}.items()
     for m in (first, again):
         for a, b in [(m.values, plain.values), (m.extras["normalized"], plain.extras["normalized"]),
                      (m.extras["acc_patched"], plain.extras["acc_patched"])]:
