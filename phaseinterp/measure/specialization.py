@@ -210,8 +210,10 @@ class SpecializationMap:
             ValueError: the map has no pooled test (written before it existed, or built by hand).
 
         Example:
-            >>> m = knockout_map(model, batch, calib, n_boot=2000)
-            >>> m.pooled().sort_values("p").head(3)  # the units that matter, residues pooled
+            >>> from phaseinterp.interventions import knockout_map
+            >>> m = knockout_map(model, batch, calib, n_boot=200, progress=False)
+            >>> list(m.pooled().columns)  # m.pooled().sort_values("p"): the units that matter, residues pooled
+            ['unit', 'value', 'lo', 'hi', 'p', 'p_fdr', 'significant_fdr']
         """
         check_q(q)
         missing = [k for k in POOLED if k not in self.extras]
