@@ -13,6 +13,7 @@ of (one parse / separate) over rounds. Target: one parse <= 0.6x separate on Gem
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -73,7 +74,7 @@ def main() -> None:
         for _ in range(args.rounds):
             loaded = {}
             for way, load in ways.items():
-                t, n, model, tokenizer = counted(lambda: load(path, kw))
+                t, n, model, tokenizer = counted(functools.partial(load, path, kw))
                 seconds[way].append(t)
                 readers[way] = n
                 loaded[way] = (model.state_dict(), tokenizer(TEXT).input_ids)
