@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import torch
 
 from phaseinterp import CompressionConfig, HookedCompressedTransformer, ModelConfig
@@ -57,6 +60,18 @@ def assert_final_path_equals_hooks(backend, batch, units, calib, *, atol: float 
 #: Script source that makes a subprocess SIGKILL itself at its k-th journal unit write: "after" the
 #: write, "during" it (half the unit left under its temporary name) or "pause" (sleeps, holding its
 #: --out, until the test kills it). The script defines `mode` and `k` before this text.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def copy_sources(dst: Path, files: tuple[str, ...] = ("pyproject.toml", "README.md", "LICENSE")) -> Path:
+    """`files` and the `phaseinterp/` package copied from the checkout into `dst`, to build a wheel there: a build in
+    the checkout rewrites its phaseinterp.egg-info, which tests in the other worker (pytest -n 2) read."""
+    for name in files:
+        shutil.copy(ROOT / name, dst / name)
+    shutil.copytree(ROOT / "phaseinterp", dst / "phaseinterp", ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
 KILL_AT_JOURNAL_WRITE = r"""
 import os, signal, time
 from pathlib import Path

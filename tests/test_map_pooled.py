@@ -26,12 +26,12 @@ def _synthetic_map(seed: int = 0, n_boot: int = 4000) -> SpecializationMap:
     flip = lambda down, up: np.where(base, rng.random(C * R) >= down, rng.random(C * R) < up)  # noqa: E731
     edited = np.stack([flip(0.25, 0.05)] + [flip(0.1, 0.1) for _ in range(15)])
     cells = stats.accuracy_change(base, edited, residue, cluster, R, n_boot=n_boot, seed=1)
-    pooled = stats.pooled_change(base, edited, cluster, n_boot=n_boot, seed=1)
     shape = (16, 1, R)
+    pooled = stats.pooled_change(base, edited, cluster, n_boot=n_boot, seed=1, shape=shape[:-1])
     return SpecializationMap(cells.change.reshape(shape), ("layer", "kv_head", "residue"),
                              {"layer": list(range(16)), "kv_head": [0], "residue": list(range(R))},
                              lo=cells.lo.reshape(shape), hi=cells.hi.reshape(shape), p=cells.p.reshape(shape),
-                             extras={k: v.reshape(shape[:-1]) for k, v in pooled.items()},
+                             extras=pooled,
                              quantity="absolute accuracy change (pp)")
 
 

@@ -5,7 +5,6 @@ LICENSE (SPDX `MIT`), `py.typed` and the top-level stub."""
 import contextlib
 import io
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -16,6 +15,7 @@ import pytest
 
 import phaseinterp
 from phaseinterp.cli import DESCRIPTION, build_parser
+from tests.helpers import copy_sources
 from tests.test_startup import imported_after
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,10 +50,8 @@ def test_license_matches_pyproject():
 
 def test_wheel_ships_license_and_type_information(tmp_path):
     src = tmp_path / "src"
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "phaseinterp", src / "phaseinterp", ignore=shutil.ignore_patterns("__pycache__"))
+    src.mkdir()
+    copy_sources(src)
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path / "dist")], check=True, capture_output=True, cwd=tmp_path)
     (wheel,) = (tmp_path / "dist").glob("phaseinterp-*.whl")

@@ -6,7 +6,6 @@ or a virtualenv: a .pth file names its site-packages), it runs the quick report,
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from phaseinterp import catalog
+from tests.helpers import copy_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_BYTES = 25 * 2**20
@@ -23,12 +23,8 @@ MAX_BYTES = 25 * 2**20
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    # built from a copy of what the build reads (assets/ linked, not copied): a build in the checkout rewrites its
-    # phaseinterp.egg-info, which other tests running beside this one (pytest -n 2) read as the package's metadata
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "phaseinterp", src / "phaseinterp", ignore=shutil.ignore_patterns("__pycache__"))
+    # built from a copy of what the build reads (tests.helpers.copy_sources; assets/ linked, not copied)
+    src = copy_sources(tmp_path_factory.mktemp("src"), ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"))
     (src / "assets").symlink_to(ROOT / "assets", target_is_directory=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
                     str(src)], check=True, capture_output=True, text=True)

@@ -392,7 +392,7 @@ def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit
     n_unit = level_size(model.cfg, o.level)
     shape = (len(layer_ids), n_unit, R)
     pooled = pooled_change(clean, ko, batch.example_id.cpu().numpy(), change=o.change, n_boot=o.n_boot,
-                           confidence=o.confidence, seed=o.seed)
+                           confidence=o.confidence, seed=o.seed, shape=shape[:-1])
     S = model_period(model)
     curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=o.n_boot, n_perm=200,
                                     confidence=o.confidence, seed=o.seed, label=f"{o.label} clean".strip())
@@ -405,7 +405,7 @@ def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit
         coords={"layer": layer_ids, axis: unit_coords(model.cfg, o.level), "residue": list(range(R))},
         lo=lo.reshape(shape), hi=hi.reshape(shape), p=p.reshape(shape),
         extras={"acc_knockout": acc_ko.reshape(shape), "n_rows": np.broadcast_to(np.bincount(res, minlength=R), shape),
-                "masked": masked, **{k: v.reshape(shape[:-1]) for k, v in pooled.items()}},
+                "masked": masked, **pooled},
         clean=curve.to_dict(), direction=-1, clip=100.0,
         quantity="relative accuracy change (%)" if o.change == "relative" else "absolute accuracy change (pp)",
         meta={"label": o.label, "masked": mask_note,

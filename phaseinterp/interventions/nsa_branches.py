@@ -89,7 +89,8 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
     change, lo, hi, _, acc_ko, p = accuracy_change(clean, ko, res, batch.example_id.cpu().numpy(), R,
                                                    change="absolute", n_boot=n_boot, confidence=confidence, seed=seed)
     shape = (len(layer_ids), len(branches), R)
-    pooled = pooled_change(clean, ko, batch.example_id.cpu().numpy(), n_boot=n_boot, confidence=confidence, seed=seed)
+    pooled = pooled_change(clean, ko, batch.example_id.cpu().numpy(), n_boot=n_boot, confidence=confidence, seed=seed,
+                           shape=shape[:-1])
     S = model_period(model)
     curve = PhaseCurve.from_correct(clean, batch, period=S if S and R % S == 0 else None, n_boot=n_boot, n_perm=200,
                                     confidence=confidence, seed=seed, label=f"{label} clean".strip())
@@ -97,7 +98,7 @@ def branch_knockout(model, batch: PhaseBatch, *, layers: Sequence[int] | None = 
         values=change.reshape(shape), dims=("layer", "branch", "residue"),
         coords={"layer": layer_ids, "branch": branches, "residue": list(range(R))},
         lo=lo.reshape(shape), hi=hi.reshape(shape), p=p.reshape(shape),
-        extras={"acc_knockout": acc_ko.reshape(shape), **{k: v.reshape(shape[:-1]) for k, v in pooled.items()}},
+        extras={"acc_knockout": acc_ko.reshape(shape), **pooled},
         clean=curve.to_dict(), direction=-1, clip=100.0, quantity="absolute accuracy change (pp)",
         meta={"label": label, "intervention": {"kind": "branch_knockout", "replacement": "zero", "positions": positions},
               "model": model_config(model), "task": batch.meta, "seed": seed, "n_boot": n_boot,

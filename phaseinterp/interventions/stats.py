@@ -143,11 +143,12 @@ def accuracy_change(base: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "un
 
 
 def pooled_change(base: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit row"], cluster: Int[np.ndarray, " row"],
-                  *, change: str = "absolute", n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
-                  ) -> dict[str, Float[np.ndarray, " unit"]]:
+                  *, change: str = "absolute", n_boot: int = 2000, confidence: float = 0.95, seed: int = 0,
+                  shape: tuple[int, ...] | None = None) -> dict[str, Float[np.ndarray, "..."]]:
     """Each unit's change over all rows, residues pooled (`POOLED` keys): one test per unit where the
     map has one per unit and residue. A unit that lowers accuracy a little at every residue can fail
-    BH over all the map's cells and pass it over units, with `modulus` times fewer tests.
+    BH over all the map's cells and pass it over units, with `modulus` times fewer tests. `shape`: the map's
+    unit axes (its shape without the residue axis), to which each array is reshaped.
 
     Example:
         >>> base = np.ones(8, bool); edited = np.array([[True, False] * 4])
@@ -156,4 +157,4 @@ def pooled_change(base: Bool[np.ndarray, " row"], edited: Bool[np.ndarray, "unit
     """
     cells = accuracy_change(base, edited, np.zeros(len(base), dtype=np.int64), cluster, 1, change=change,
                             n_boot=n_boot, confidence=confidence, seed=seed)
-    return dict(zip(POOLED, (a[:, 0] for a in (cells.change, cells.lo, cells.hi, cells.p))))
+    return dict(zip(POOLED, (a[:, 0].reshape(shape or -1) for a in (cells.change, cells.lo, cells.hi, cells.p))))
