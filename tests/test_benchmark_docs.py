@@ -55,3 +55,11 @@ def test_the_gguf_first_load_sentence_is_the_result_files_numbers():
             f"and {sec['gemma3-270m']['one_parse']} s instead of {sec['gemma3-270m']['separate']} s for Gemma 3 270M")
     assert want in page, f"docs/backends.md does not say {want!r}"
     assert all(v["readers"] == {"separate": 3, "one_parse": 1} and v["same_weights_and_tokens"] for v in models.values())
+
+
+def test_the_answer_rows_sentence_is_the_result_files_numbers():
+    now, before = (json.loads((RESULTS / f"answer_rows{tail}.json").read_text()) for tail in ("", "_f343312"))
+    page = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    want = (f"costs {now['time_ratio']:.2f}x the time and {now['memory_ratio']:.2f}x the memory of one row per prompt")
+    assert want in page and f"it cost {before['time_ratio']:.2f}x and {before['memory_ratio']:.2f}x" in page
+    assert now["max_abs_logit_difference_first_answer_token"] < 1e-4 and now["answer_rows"] == 4 * now["prompts"]

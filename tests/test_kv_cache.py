@@ -14,6 +14,7 @@ from phaseinterp.backends import HFCausalLMBackend, Replace, Unit
 from phaseinterp.backends.kv_cache import kv_cache_fallback
 from phaseinterp.interventions import Pairing, activation_patching, head_units, knockout_logits, knockout_map
 from phaseinterp.tasks import RecordLookup
+from tests.helpers import assert_final_path_equals_hooks
 
 SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256)
@@ -130,3 +131,25 @@ def test_models_without_the_cache_path_fall_back_and_say_why(task):
         m = knockout_map(cases[0][0], batch, calib, layers=[0], n_boot=20, progress=False)
     assert m.meta["intervention"]["path"] == "full_forward"
     assert "sliding-window" in m.meta["intervention"]["fallback"]
+
+
+def test_rows_of_one_prompt_share_one_forward_and_one_cache(task):
+    """Rows with equal tokens (a multi-token answer's rows, `token_rows`) run as one row of the base forward,
+    and a group holding every prompt once reads a view of the cache; the logits equal full forwards."""
+    backend = HFCausalLMBackend(tiny("qwen3"))
+    batch = task.sample(2, 4, seed=0)
+    T = batch.tokens.shape[1]
+    idx = torch.cat([torch.arange(len(batch)).repeat(3), torch.tensor([0])])  # each prompt 3 times, row 0 once more
+    rows = dataclasses.replace(batch[idx], query_pos=T - 1 - torch.arange(len(idx)) // len(batch) % 3)
+    seen = []
+    hook = backend.model.model.embed_tokens.register_forward_hook(lambda m, a, out: seen.append(a[0].shape[0]))
+    try:
+        run = backend.final_position_run(rows.tokens, rows.query_pos)
+    finally:
+        hook.remove()
+    assert seen == [len(batch)] and run.n_forward_rows == len(batch)
+    keys = {t: prefix[0][0] for t, _, prefix in run.groups}  # layer 0's keys of the rows sharing t
+    assert keys[T - 2].untyped_storage().data_ptr() == keys[T - 3].untyped_storage().data_ptr()  # views of one cache
+    assert keys[T - 1].shape[0] == len(batch) + 1  # every prompt and row 0 again: a copy
+    calib = task.sample(2, 4, seed=0, split="calibration")
+    assert_final_path_equals_hooks(backend, rows, head_units(backend.cfg, "kv_head"), calib)

@@ -9,7 +9,9 @@ values of positions < t (repeated along the batch, one copy per unit: units neve
 other) plus its own key and value at t, and its head outputs at layer L are replaced before the
 output projection. The layers below L are not rerun. All units of a chunk run as one batch of
 one-position forwards through the model's own decoder layers, norm and unembedding, so the result
-equals a full forward with the same edit (tested to 1e-4 on tiny random Llama and Qwen3).
+equals a full forward with the same edit (tested to 1e-4 on tiny random Llama and Qwen3). Rows with
+equal tokens (one per answer token of a multi-token answer, `tasks.scoring.token_rows`) share one row of
+the base forward and of its cache (`benchmarks/answer_rows.py`).
 
 Layers with training-free compression (`kv_compression.compress_attention`) take the same path: the
 base run keeps, through their hook points, only what position t reads (entries that end before t,
@@ -34,6 +36,7 @@ from torch import Tensor
 from phaseinterp.backends.compressed_final import CompressedPrefix
 from phaseinterp.backends.incremental import final_run_inputs
 from phaseinterp.backends.kv_compression import compressed_layers
+from phaseinterp.backends.prompts import distinct_rows
 from phaseinterp.units import check_layers
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
@@ -79,6 +82,21 @@ def kv_cache_fallback(backend: Any) -> str | None:
         return (f"layers {sliding or 'all'} use sliding-window attention: one query over the cached prefix would "
                 "see keys the window hides")
     return None
+
+
+def positions_per_prompt(src: Int[Tensor, " batch"], query_pos: Int[Tensor, " batch"], n_prompts: int
+                         ) -> tuple[Int[Tensor, "prompt k"], Int[Tensor, " batch"]]:
+    """(the query positions of each prompt, padded by repeating its first: HF's `logits_to_keep` takes
+    one count for every row; the column of each row's position in its prompt's list)."""
+    lists: list[list[int]] = [[] for _ in range(n_prompts)]
+    slot = []
+    for s, t in zip(src.tolist(), query_pos.tolist()):
+        if t not in lists[s]:
+            lists[s].append(t)
+        slot.append(lists[s].index(t))
+    width = max(len(x) for x in lists)
+    keep = torch.tensor([x + [x[0]] * (width - len(x)) for x in lists], device=query_pos.device)
+    return keep, torch.tensor(slot, device=query_pos.device)
 
 
 ATTENTION = "phaseinterp_shared_prefix"
@@ -148,9 +166,13 @@ class KVCacheFinalRun:
 
     # ---- the base run ---------------------------------------------------------------------------
     def _base_run(self) -> None:
-        rows = torch.arange(len(self.query_pos), device=self.tokens.device)
         qpos = self.query_pos
         n = len(self.layers)
+        # rows with equal tokens (the answer tokens of one prompt, `tasks.scoring.token_rows`) share one
+        # forward and one cache row; `src[i]` is row i's row of that forward
+        first, src = distinct_rows(self.tokens)
+        prompts, src = self.tokens[first.to(self.tokens.device)], src.to(self.tokens.device)
+        keep, slot = positions_per_prompt(src, qpos, len(prompts))
         resid: list[Tensor | None] = [None] * n
         z: list[Tensor | None] = [None] * n
         # rows sharing a query position t share one prefix (positions < t) per layer
@@ -161,12 +183,12 @@ class KVCacheFinalRun:
         def keep_resid(m: int):
             def hook(module, args, kwargs):
                 x = args[0] if args else kwargs["hidden_states"]
-                resid[m] = x[rows, qpos].detach()
+                resid[m] = x[src, qpos].detach()
             return hook
 
         def keep_z(m: int):
             def hook(module, args):
-                z[m] = args[0][rows, qpos].detach().view(len(rows), self.n_heads, self.d_head)
+                z[m] = args[0][src, qpos].detach().view(len(src), self.n_heads, self.d_head)
             return hook
 
         handles = []
@@ -175,7 +197,7 @@ class KVCacheFinalRun:
                 handles.append(layer.register_forward_pre_hook(keep_resid(m), with_kwargs=True))
                 handles.append(layer.self_attn.o_proj.register_forward_pre_hook(keep_z(m)))
                 if m in wrapped:
-                    handles += CompressedPrefix.capture(wrapped[m], groups, kept[m])
+                    handles += CompressedPrefix.capture(wrapped[m], [(t, src[g]) for t, g in groups], kept[m])
             from transformers import DynamicCache
 
             # a DynamicCache without the config keeps every position of every layer (one built from
@@ -183,20 +205,24 @@ class KVCacheFinalRun:
             name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
             cache_kw = {name: DynamicCache()} if len(wrapped) < n else {}
             with torch.no_grad():
-                out = self.model(input_ids=self.tokens, use_cache=len(wrapped) < n, logits_to_keep=qpos[:, None],
-                                 **cache_kw)
+                out = self.model(input_ids=prompts, use_cache=len(wrapped) < n, logits_to_keep=keep, **cache_kw)
         finally:
             for h in handles:
                 h.remove()
-        self.logits = out.logits[:, 0]
+        self.logits = out.logits[src, slot]
+        self.n_forward_rows = len(prompts)
         cache = (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) if len(wrapped) < n else None
         kv = ([None] * n if cache is None else
               [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache))
         self._resid, self._z = resid, z
         self.groups = []
         for i, (t, g_rows) in enumerate(groups):
+            # a group holding every prompt once, in order (each answer token of a prose batch), reads a
+            # view of the cache: no copy of the prefix per group
+            own = src[g_rows]
+            every = len(own) == len(prompts) and bool((own == torch.arange(len(prompts), device=own.device)).all())
             prefix = [CompressedPrefix.build(wrapped[m], t, kept[m][i]) if m in wrapped else
-                      (kv[m][0][g_rows, :, lo:t], kv[m][1][g_rows, :, lo:t])
+                      tuple(c[:, :, lo:t] if every else c[own, :, lo:t] for c in kv[m])
                       for m, lo in ((m, self._first_visible(m, t)) for m in range(n))]
             self.groups.append((t, g_rows, prefix))
 

@@ -39,4 +39,18 @@ def distinct_prompts(prompt_id: Int[Tensor, " rows"], tokens: Int[Tensor, "rows 
     return first, inverse
 
 
-__all__ = ["distinct_prompts"]
+def distinct_rows(tokens: Int[Tensor, "rows pos"]) -> tuple[Int[Tensor, " distinct"], Int[Tensor, " rows"]]:
+    """(the first row of each distinct token row, in order of first appearance; each row's index among them):
+    `distinct_prompts` for rows that carry no `prompt_id`.
+
+    Example:
+        >>> first, which = distinct_rows(torch.tensor([[5, 1], [3, 2], [5, 1]]))
+        >>> first.tolist(), which.tolist()
+        ([0, 1], [0, 1, 0])
+    """
+    first, which = distinct_prompts(torch.unique(tokens.cpu(), dim=0, return_inverse=True)[1])
+    order = first.argsort()
+    return first[order], order.argsort()[which]
+
+
+__all__ = ["distinct_prompts", "distinct_rows"]
