@@ -63,3 +63,12 @@ def test_the_answer_rows_sentence_is_the_result_files_numbers():
     want = (f"costs {now['time_ratio']:.2f}x the time and {now['memory_ratio']:.2f}x the memory of one row per prompt")
     assert want in page and f"it cost {before['time_ratio']:.2f}x and {before['memory_ratio']:.2f}x" in page
     assert now["max_abs_logit_difference_first_answer_token"] < 1e-4 and now["answer_rows"] == 4 * now["prompts"]
+
+
+def test_the_windowed_attention_sentence_is_the_result_files_numbers():
+    got = json.loads((RESULTS / "windowed_attention.json").read_text())
+    r = got["ratio_to_eager"]
+    page = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    want = f"`sdpa` takes {r['sdpa']:.2f}x and windowed attention {r['phaseinterp_windowed_sdpa']:.2f}x the time of `eager`"
+    assert want in page, f"docs/performance.md does not say {want!r} (windowed_attention.json)"
+    assert got["same_answer_tokens"] and max(got["max_abs_logit_difference_to_eager"].values()) < 1e-3

@@ -81,6 +81,8 @@ PREDICTIONS = (
                strong_at((7,)), length=4096),
     Prediction("smollm2", "value", "chunk-S8k2-static", 32, "strong at residues 0-4, weak at 5-7 at 4,096 tokens (as at n8)",
                strong_at((0, 1, 2, 3, 4)), length=4096),
+    Prediction("gemma3-270m", "value", "evict-W8S8", 32, "weak phases at 4,096 tokens, as at 1,024 (as for n4)",
+               lambda acc, said: said.startswith("weak"), length=4096),
     Prediction("smollm2", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     Prediction("gemma3-270m", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     *(Prediction(model, "value", "chunk-S8k*-static", 32, "weak phases at the token press's budget",

@@ -133,6 +133,16 @@ must equal the committed file's; no prediction: its strongest cells, at L1.KV0, 
 SmolLM2 at 4,096 tokens grows to n32 (the reference; no prediction); and the 1-chunk static press at 4,096 tokens (n8,
 stated above, no prediction).
 
+A change of how Gemma 3 270M's units are computed, not of what (2026-12-07, sixth session): it loads with windowed
+attention (`load_gemma3_270m(attention="windowed")`, `backends.windowed_attention`: its sliding layers read only their
+window, by blocks of queries, through HF's sdpa), where it had loaded with HF's eager attention: the same answer
+tokens and logits within float32 error, in less time (`benchmarks/results/windowed_attention.json`, docs/performance.md).
+Unit files written since record `attention`; the ones without it ran eager.
+
+Stated 2026-12-07 (sixth session), before it ran: Gemma 3 270M's evict-W8S8 unit at 4,096 tokens grows to n32 (`grid
+--model gemma3-270m --length 4096 --n 32 --n-depths 8 --settings evict-W8S8`; its n4 unit had no power). Prediction,
+as for n4: weak phases at 4,096 tokens, as at 1,024; no prediction of which residues.
+
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
 under runs/prose_niah/ keeps finished minibatches, each with its compute time: a resumed unit's `seconds` adds the
@@ -237,7 +247,7 @@ def load(name: str) -> tuple[Any, str]:
     if name == "gemma3-270m":
         from phaseinterp.families.gemma3.load import load_gemma3_270m
 
-        return load_gemma3_270m()[0].eval(), name
+        return load_gemma3_270m(attention="windowed")[0].eval(), name  # logits only: no attention weights read
     raise ValueError(f"model={name!r} is invalid: allowed {sorted(CANDIDATES)}")
 
 
@@ -284,7 +294,7 @@ def run_unit(model, tok: str, args: argparse.Namespace, name: str, layers: str, 
     apply_attention(model, None)
     result = {"model": args.model, "length": args.length, "anchor": anchor, "setting": name, "layers": layers,
               "compression": None if how is None else {"class": type(how).__name__, **how.to_dict()},
-              "n_per_residue": args.n, "modulus": MODULUS, "seed": args.seed, "task": task.card(),
+              "attention": model.config._attn_implementation, "n_per_residue": args.n, "modulus": MODULUS, "seed": args.seed, "task": task.card(),
               "summary": curve.to_dict()["summary"], "curve": curve.to_dict(), "grid": grid.to_dict(),
               **seconds(start, curve.config.get("resumed")),
               "command": "python -m experiments.prose_niah.run " + " ".join(args.argv),

@@ -150,7 +150,7 @@ def load(args: argparse.Namespace) -> tuple[Any, Any]:
     if str(args.model) == "gemma3-270m" and not Path(args.model).exists():
         from phaseinterp.families.gemma3.load import load_gemma3_270m
 
-        model, _ = load_gemma3_270m(device=args.device)
+        model, _ = load_gemma3_270m(device=args.device, attention="windowed")  # logits only: no attention weights
         return model, args.tokenizer or "gemma3-270m"
     folder = Path(args.model)
     if not (folder / "config.json").is_file():

