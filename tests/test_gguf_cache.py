@@ -133,3 +133,35 @@ def test_smollm2_from_the_cache_is_the_gguf_load(monkeypatch, tmp_path):
     half = gguf.load_gguf_model(path, dtype=torch.bfloat16)
     assert half.dtype == torch.bfloat16
     assert torch.equal(half.model.embed_tokens.weight, fresh.model.embed_tokens.weight.to(torch.bfloat16))
+
+
+def test_overlapping_loads_in_two_threads_leave_the_reader_as_it_was():
+    """Thread B asks for the swap while thread A holds it and leaves after A: without the lock B would save
+    A's reader as the original and put it back at its exit."""
+    import threading
+    import time
+
+    import gguf as gguf_package
+
+    original = gguf_package.GGUFReader
+    b_inside, a_out = threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with gguf.one_parse():
+            seen["b entered while a held it"] = b_inside.wait(timeout=1.0)
+        a_out.set()
+
+    def b():
+        with gguf.one_parse():
+            b_inside.set()
+            a_out.wait(timeout=5.0)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    threads[0].start()
+    while gguf_package.GGUFReader is original:  # until A holds the swap
+        time.sleep(0.001)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert not seen["b entered while a held it"] and gguf_package.GGUFReader is original

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import os
 import shutil
+import threading
 import time
 import uuid
 import warnings
@@ -77,23 +78,29 @@ def one_parse() -> Iterator[None]:
     """Inside, every `gguf.GGUFReader` of one file is the first one made: transformers makes a reader (parsing
     every metadata field, the vocabulary included, in Python) for the tokenizer, again for the config and
     again for the weights, and most of a first load's time went to those three parses (Gemma 3 270M: 113 of
-    171 s profiled). The readers only read the file, so one serves all three."""
+    171 s profiled). The readers only read the file, so one serves all three. The swap is process-wide, so one
+    thread at a time holds it: a load in a second thread waits (two overlapping swaps could leave the
+    first one's reader installed after both ended)."""
     import gguf
 
-    make = gguf.GGUFReader
-    made: dict[tuple[str, str], Any] = {}
+    with _SWAP:
+        make = gguf.GGUFReader
+        made: dict[tuple[str, str], Any] = {}
 
-    def reader(path: Any, mode: str = "r") -> Any:
-        key = (os.path.realpath(path), mode)
-        if key not in made:
-            made[key] = make(path, mode)
-        return made[key]
+        def reader(path: Any, mode: str = "r") -> Any:
+            key = (os.path.realpath(path), mode)
+            if key not in made:
+                made[key] = make(path, mode)
+            return made[key]
 
-    gguf.GGUFReader = reader
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = make
+        gguf.GGUFReader = reader
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = make
+
+
+_SWAP = threading.RLock()
 
 
 def _complete(folder: Path | None, what: str) -> bool:
