@@ -156,3 +156,22 @@ def test_query_positions_with_an_empty_or_tiny_prefix(name):
     for layer in range(backend.cfg.n_layers):
         fast = run.run_z([layer], torch.ones(1, 4, dtype=torch.bool), torch.zeros(1, 4, 4, 16))[0]
         torch.testing.assert_close(fast, zeroed_at_query(backend.model, tokens, qpos, layer), atol=1e-4, rtol=1e-4)
+
+
+def test_rows_of_one_prompt_share_one_forward(task):
+    """Rows with equal tokens at different query positions (a multi-token answer's rows) run as one row of the
+    base forward, one row repeated exactly included; knockout still equals full forwards."""
+    backend = _backend("v32")
+    batch = task.sample(1, 4, seed=0)
+    T = batch.tokens.shape[1]
+    idx = torch.cat([torch.arange(len(batch)).repeat(3), torch.tensor([1])])
+    rows = dataclasses.replace(batch[idx], query_pos=torch.tensor([T - 1, T - 3, T - 5])[torch.arange(len(idx)) // len(batch) % 3])
+    seen = []
+    hook = backend.model.model.embed_tokens.register_forward_hook(lambda m, a, out: seen.append(a[0].shape[0]))
+    try:
+        backend.final_position_run(rows.tokens, rows.query_pos)
+    finally:
+        hook.remove()
+    assert seen == [len(batch)]
+    calib = task.sample(2, 4, seed=0, split="calibration")
+    assert_final_path_equals_hooks(backend, rows, head_units(backend.cfg, "kv_head"), calib)

@@ -36,7 +36,7 @@ from torch import Tensor
 from phaseinterp.backends.compressed_final import CompressedPrefix
 from phaseinterp.backends.incremental import final_run_inputs
 from phaseinterp.backends.kv_compression import compressed_layers
-from phaseinterp.backends.prompts import distinct_rows
+from phaseinterp.backends.prompts import shared_forward_rows
 from phaseinterp.units import check_layers
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
@@ -82,21 +82,6 @@ def kv_cache_fallback(backend: Any) -> str | None:
         return (f"layers {sliding or 'all'} use sliding-window attention: one query over the cached prefix would "
                 "see keys the window hides")
     return None
-
-
-def positions_per_prompt(src: Int[Tensor, " batch"], query_pos: Int[Tensor, " batch"], n_prompts: int
-                         ) -> tuple[Int[Tensor, "prompt k"], Int[Tensor, " batch"]]:
-    """(the query positions of each prompt, padded by repeating its first: HF's `logits_to_keep` takes
-    one count for every row; the column of each row's position in its prompt's list)."""
-    lists: list[list[int]] = [[] for _ in range(n_prompts)]
-    slot = []
-    for s, t in zip(src.tolist(), query_pos.tolist()):
-        if t not in lists[s]:
-            lists[s].append(t)
-        slot.append(lists[s].index(t))
-    width = max(len(x) for x in lists)
-    keep = torch.tensor([x + [x[0]] * (width - len(x)) for x in lists], device=query_pos.device)
-    return keep, torch.tensor(slot, device=query_pos.device)
 
 
 ATTENTION = "phaseinterp_shared_prefix"
@@ -170,9 +155,7 @@ class KVCacheFinalRun:
         n = len(self.layers)
         # rows with equal tokens (the answer tokens of one prompt, `tasks.scoring.token_rows`) share one
         # forward and one cache row; `src[i]` is row i's row of that forward
-        first, src = distinct_rows(self.tokens)
-        prompts, src = self.tokens[first.to(self.tokens.device)], src.to(self.tokens.device)
-        keep, slot = positions_per_prompt(src, qpos, len(prompts))
+        prompts, src, keep, slot = shared_forward_rows(self.tokens, qpos)
         resid: list[Tensor | None] = [None] * n
         z: list[Tensor | None] = [None] * n
         # rows sharing a query position t share one prefix (positions < t) per layer

@@ -53,4 +53,31 @@ def distinct_rows(tokens: Int[Tensor, "rows pos"]) -> tuple[Int[Tensor, " distin
     return first[order], order.argsort()[which]
 
 
-__all__ = ["distinct_prompts", "distinct_rows"]
+def positions_per_prompt(src: Int[Tensor, " batch"], query_pos: Int[Tensor, " batch"], n_prompts: int
+                         ) -> tuple[Int[Tensor, "prompt k"], Int[Tensor, " batch"]]:
+    """(the query positions of each prompt, padded by repeating its first: HF's `logits_to_keep` takes
+    one count for every row; the column of each row's position in its prompt's list)."""
+    lists: list[list[int]] = [[] for _ in range(n_prompts)]
+    slot = []
+    for s, t in zip(src.tolist(), query_pos.tolist()):
+        if t not in lists[s]:
+            lists[s].append(t)
+        slot.append(lists[s].index(t))
+    width = max(len(x) for x in lists)
+    keep = torch.tensor([x + [x[0]] * (width - len(x)) for x in lists], device=query_pos.device)
+    return keep, torch.tensor(slot, device=query_pos.device)
+
+
+
+def shared_forward_rows(tokens: Int[Tensor, "rows pos"], query_pos: Int[Tensor, " rows"]
+                        ) -> tuple[Int[Tensor, "prompt pos"], Int[Tensor, " rows"], Int[Tensor, "prompt k"], Int[Tensor, " rows"]]:
+    """One forward for rows with equal tokens (a multi-token answer's rows, `tasks.scoring.token_rows`): (the
+    distinct prompts, each row's prompt among them, `logits_to_keep` of that forward, each row's column in it),
+    all on `tokens`' device; the logits of row i are `logits[src[i], slot[i]]`."""
+    first, src = distinct_rows(tokens)
+    src = src.to(tokens.device)
+    keep, slot = positions_per_prompt(src, query_pos, len(first))
+    return tokens[first.to(tokens.device)], src, keep, slot
+
+
+__all__ = ["distinct_prompts", "distinct_rows", "positions_per_prompt", "shared_forward_rows"]

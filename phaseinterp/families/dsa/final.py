@@ -30,6 +30,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.backends.incremental import final_run_inputs
+from phaseinterp.backends.prompts import shared_forward_rows
 from phaseinterp.families.dsa.indexer import _rope, visible
 from phaseinterp.units import check_layers
 
@@ -93,7 +94,8 @@ class DSAFinalRun:
     # ---- the base run ---------------------------------------------------------------------------
     def _base_run(self) -> None:
         qpos = self.query_pos
-        rows = torch.arange(len(qpos), device=qpos.device)
+        # rows with equal tokens (a multi-token answer's) share one row of the forward: row i's is src[i]
+        prompts, src, keep, slot = shared_forward_rows(self.tokens, qpos)
         n = len(self.layers)
         self.groups = [(int(t), (qpos == t).nonzero()[:, 0]) for t in torch.unique(qpos).tolist()]
         self._resid: list[Tensor | None] = [None] * n
@@ -102,17 +104,17 @@ class DSAFinalRun:
 
         def per_group(key: str, m: int, x: Tensor, cut) -> None:
             for i, (t, g) in enumerate(self.groups):
-                raw[i][m][key] = cut(x if x.shape[0] == 1 else x[g.to(x.device)], t).detach()
+                raw[i][m][key] = cut(x[src[g].to(x.device)] if x.shape[0] == len(prompts) else x, t).detach()
 
         def keep_resid(m: int):
             def hook(module, args, kwargs):
                 x = args[0] if args else kwargs["hidden_states"]
-                self._resid[m] = x[rows, qpos].detach()
+                self._resid[m] = x[src, qpos].detach()
             return hook
 
         def keep_z(m: int):
             def hook(module, args):
-                self._z[m] = args[0][rows, qpos].detach().view(len(rows), self.n_heads, self.d_head)
+                self._z[m] = args[0][src, qpos].detach().view(len(src), self.n_heads, self.d_head)
             return hook
 
         def keep_angles(m: int):
@@ -146,11 +148,11 @@ class DSAFinalRun:
                     handles += [attn.indexer.k_norm.register_forward_hook(keep_prefix(m, "index_k", lambda y, t: y[:, :t])),
                                 attn.indexer.register_forward_hook(keep_selection(m), with_kwargs=True)]
             with torch.no_grad():
-                out = self.model(input_ids=self.tokens, use_cache=False, logits_to_keep=qpos[:, None])
+                out = self.model(input_ids=prompts, use_cache=False, logits_to_keep=keep)
         finally:
             for h in handles:
                 h.remove()
-        self.logits = out.logits[:, 0]
+        self.logits = out.logits[src, slot]
         self._prefix = [[self._prefix_of(t, m, raw[i][m], raw[i][self.selector[m]]) for m in range(n)]
                         for i, (t, _) in enumerate(self.groups)]
 
