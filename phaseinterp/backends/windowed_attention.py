@@ -41,15 +41,12 @@ def windowed_sdpa(module: Any, query: Tensor, key: Tensor, value: Tensor, attent
     if (w is None or n_q != n_k or n_q <= 2 * w or attention_mask is None or attention_mask.dtype != torch.bool
             or attention_mask.shape[-2:] != (n_q, n_k)):
         return sdpa(query, key, value, attention_mask), None
-    # each block of queries [s, s + w) reads keys [s - w, s + w) at most: refuse masks that reach further
-    rows, cols = torch.arange(n_q, device=query.device)[:, None], torch.arange(n_k, device=query.device)
-    band = (cols <= rows) & (cols >= rows // w * w - w)
-    if (attention_mask & ~band).any():
+    # block [s, s + w) of queries reads keys [s - w, s + w); a mask that lets it read others runs sdpa whole
+    spans = [(s, min(s + w, n_q), max(0, s - w)) for s in range(0, n_q, w)]
+    if any(attention_mask[..., s:e, :lo].any() or attention_mask[..., s:e, e:].any() for s, e, lo in spans):
         return sdpa(query, key, value, attention_mask), None
-    blocks = []
-    for s in range(0, n_q, w):
-        e, lo = min(s + w, n_q), max(0, s - w)
-        blocks.append(sdpa(query[:, :, s:e], key[:, :, lo:e], value[:, :, lo:e], attention_mask[..., s:e, lo:e]))
+    blocks = [sdpa(query[:, :, s:e], key[:, :, lo:e], value[:, :, lo:e], attention_mask[..., s:e, lo:e])
+              for s, e, lo in spans]
     return torch.cat(blocks, 1), None
 
 
