@@ -126,6 +126,7 @@ class KVCacheFinalRun:
 
     Attributes:
         logits: base next-token logits at `query_pos`, [batch, vocab].
+        n_forward_rows: rows of the base forward: one per distinct token row of `tokens`.
 
     Example:
         >>> from phaseinterp.backends import HFCausalLMBackend

@@ -68,7 +68,6 @@ def positions_per_prompt(src: Int[Tensor, " batch"], query_pos: Int[Tensor, " ba
     return keep, torch.tensor(slot, device=query_pos.device)
 
 
-
 def shared_forward_rows(tokens: Int[Tensor, "rows pos"], query_pos: Int[Tensor, " rows"]
                         ) -> tuple[Int[Tensor, "prompt pos"], Int[Tensor, " rows"], Int[Tensor, "prompt k"], Int[Tensor, " rows"]]:
     """One forward for rows with equal tokens (a multi-token answer's rows, `tasks.scoring.token_rows`): (the
