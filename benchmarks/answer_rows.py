@@ -13,9 +13,9 @@ the KV-cache path (`backend.final_position_run`: one forward keeping the cache e
 It counts the bytes of the tensors each run holds for the units (cache prefixes, residual streams, head
 outputs, logits; each storage once) and checks that both runs give the same logits at the first answer
 token. Rows of one prompt share one forward and one cache row, so both ratios sit near 1 (target <= 1.3
-each); before they did (through f343312; `results/answer_rows_f343312.json`, the same command on that
-commit), a run cost one forward and one cache row per answer token. A ratio is the median of paired
-ratios over interleaved rounds.
+each); before they did (through f343312; `results/answer_rows_f343312.json`: this script, before it
+checked logits, run with f343312's `backends/kv_cache.py`), a run cost one forward and one cache row per
+answer token. A ratio is the median of paired ratios over interleaved rounds.
 """
 
 from __future__ import annotations
