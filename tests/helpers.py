@@ -57,9 +57,6 @@ def assert_final_path_equals_hooks(backend, batch, units, calib, *, atol: float 
     torch.testing.assert_close(fast, slow, atol=atol, rtol=atol)
 
 
-#: Script source that makes a subprocess SIGKILL itself at its k-th journal unit write: "after" the
-#: write, "during" it (half the unit left under its temporary name) or "pause" (sleeps, holding its
-#: --out, until the test kills it). The script defines `mode` and `k` before this text.
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,6 +69,9 @@ def copy_sources(dst: Path, files: tuple[str, ...] = ("pyproject.toml", "README.
     return dst
 
 
+#: Script source that makes a subprocess SIGKILL itself at its k-th journal unit write: "after" the
+#: write, "during" it (half the unit left under its temporary name) or "pause" (sleeps, holding its
+#: --out, until the test kills it). The script defines `mode` and `k` before this text.
 KILL_AT_JOURNAL_WRITE = r"""
 import os, signal, time
 from pathlib import Path

@@ -6,7 +6,7 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 from transformers.integrations import sdpa_attention
 
-from phaseinterp.backends.windowed_attention import WINDOWED, use_windowed_attention, windowed_sdpa
+from phaseinterp.backends.windowed_attention import set_attention, windowed_sdpa
 from phaseinterp.families.gemma3 import tiny_gemma3
 
 
@@ -25,10 +25,7 @@ def models():
 
 
 def logits(model, impl, tokens, mask=None):
-    if impl == WINDOWED:
-        use_windowed_attention(model)
-    else:
-        model.config._attn_implementation = impl
+    set_attention(model, impl)
     with torch.no_grad():
         return model(input_ids=tokens, attention_mask=mask).logits
 
@@ -55,24 +52,24 @@ def test_blocks_of_queries_equal_sdpa_and_eager(name, query_lengths):
     mask[1, :5] = 0  # a left-padded row
     sdpa, eager = logits(model, "sdpa", tokens), logits(model, "eager", tokens)
     query_lengths.clear()
-    got = logits(model, WINDOWED, tokens)
+    got = logits(model, "windowed", tokens)
     torch.testing.assert_close(got, sdpa, atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(got, eager, atol=2e-5, rtol=2e-5)
     n_sliding = sum(t == "sliding_attention" for t in model.config.layer_types) if name == "gemma3" else 2
     assert sorted(query_lengths) == sorted([8] * 8 * n_sliding + [6] * n_sliding + [70] * (len(model.model.layers) - n_sliding))
     padded_ref = logits(model, "sdpa", tokens, mask)
-    torch.testing.assert_close(logits(model, WINDOWED, tokens, mask)[:, 5:], padded_ref[:, 5:], atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(logits(model, "windowed", tokens, mask)[:, 5:], padded_ref[:, 5:], atol=2e-5, rtol=2e-5)
 
 
 def test_decoding_with_a_cache_equals_sdpa():
     model = models()["gemma3"]
     tokens = torch.randint(3, 256, (1, 40), generator=torch.Generator().manual_seed(2))
     out = {}
-    for impl in ("sdpa", WINDOWED):
-        logits(model, impl, tokens[:, :2])  # sets the implementation
+    for impl in ("sdpa", "windowed"):
+        set_attention(model, impl)
         with torch.no_grad():
             out[impl] = model.generate(tokens, max_new_tokens=6, do_sample=False, pad_token_id=0)
-    assert torch.equal(out["sdpa"], out[WINDOWED])
+    assert torch.equal(out["sdpa"], out["windowed"])
 
 
 def test_a_mask_reaching_outside_the_band_runs_sdpa_whole(query_lengths):

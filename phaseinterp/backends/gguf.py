@@ -73,6 +73,10 @@ def _quiet() -> Iterator[None]:
         gguf_utils.tqdm = bar
 
 
+#: held while `one_parse` swaps `gguf.GGUFReader` (process-wide)
+_SWAP = threading.RLock()
+
+
 @contextlib.contextmanager
 def one_parse() -> Iterator[None]:
     """Inside, every `gguf.GGUFReader` of one file is the first one made: transformers makes a reader (parsing
@@ -99,8 +103,6 @@ def one_parse() -> Iterator[None]:
         finally:
             gguf.GGUFReader = make
 
-
-_SWAP = threading.RLock()
 
 
 def _complete(folder: Path | None, what: str) -> bool:

@@ -22,6 +22,8 @@ from torch import Tensor
 
 #: the attention implementation's name (`config._attn_implementation`)
 WINDOWED = "phaseinterp_windowed_sdpa"
+#: `set_attention` choices
+ATTENTIONS = ("eager", "sdpa", "windowed")
 
 
 def windowed_sdpa(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
@@ -69,4 +71,19 @@ def use_windowed_attention(model: Any) -> Any:
     return model
 
 
-__all__ = ["WINDOWED", "use_windowed_attention", "windowed_sdpa"]
+def set_attention(model: Any, attention: str) -> Any:
+    """Set HF `model` (in place) to HF's "eager" or "sdpa" attention or to "windowed" (`use_windowed_attention`);
+    returns it.
+
+    Raises:
+        ValueError: another `attention`, naming the choices.
+    """
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention={attention!r} is invalid: allowed one of {list(ATTENTIONS)}")
+    if attention == "windowed":
+        return use_windowed_attention(model)
+    model.config._attn_implementation = attention
+    return model
+
+
+__all__ = ["ATTENTIONS", "WINDOWED", "set_attention", "use_windowed_attention", "windowed_sdpa"]

