@@ -108,6 +108,22 @@ def test_the_question_anchor_runs_the_decode_time_sweep(llama_dir, tokenizer_dir
     assert np.array_equal(saved.correct, direct.correct.astype(bool)) and saved.n.tolist() == [N] * R
 
 
+def test_attention_sets_the_implementation_and_is_recorded(finished, llama_dir, tokenizer_dir, haystack,  # noqa: F811
+                                                            tmp_path):
+    from phaseinterp.backends import windowed_attention
+
+    assert needle_cmd.ATTENTIONS == windowed_attention.ATTENTIONS
+    assert json.loads((finished / "needle.json").read_text())["attention"] == "sdpa"  # the folder's own: HF's default
+    saved = {}
+    for name in ("eager", "windowed"):  # a model without sliding layers: windowed runs sdpa whole
+        assert main(_argv(llama_dir, tokenizer_dir, haystack, tmp_path / name, "--attention", name)) == 0
+        result = json.loads((tmp_path / name / "needle.json").read_text())
+        assert result["attention"] == {"eager": "eager", "windowed": windowed_attention.WINDOWED}[name]
+        saved[name] = {u["condition"]: u["curve"]["correct"] for u in result["units"]}
+    before = {u["condition"]: u["curve"]["correct"] for u in json.loads((finished / "needle.json").read_text())["units"]}
+    assert saved["eager"] == saved["windowed"] == before
+
+
 def test_the_page_opens_offline(finished):
     html = (finished / "needle.html").read_text()
     assert not [s for s in re.findall(r'<script[^>]*\bsrc="([^"]+)"', html)]  # plotly inline, no CDN

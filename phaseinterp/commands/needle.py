@@ -18,6 +18,7 @@ from phaseinterp.commands._common import add_guard_args, check_device, write_csv
 RULES = ("mean", "score", "evict")
 ANCHORS = ("post", "first", "centre", "last")
 PRESSES = ("chunk", "token")
+ATTENTIONS = ("eager", "sdpa", "windowed")  # backends.windowed_attention.ATTENTIONS
 #: Real models by name: what `phaseinterp needle NAME` loads (besides any HF model folder).
 REAL_MODELS = ("smollm2", "gemma3-270m")
 RESULT = "needle.json"
@@ -75,6 +76,9 @@ def register(subparsers: Any) -> None:
                         "with 4-token values, 4 prompts)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
     p.add_argument("--n-perm", type=int, default=2000, help="permutations per test (default 2000)")
+    p.add_argument("--attention", choices=ATTENTIONS, help="attention implementation of the uncompressed layers: HF's "
+                   "eager or sdpa, or windowed (sliding-window layers by query blocks, "
+                   "`backends.windowed_attention`; logits only) (default: the model's own; windowed for gemma3-270m)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
@@ -146,11 +150,11 @@ def load(args: argparse.Namespace) -> tuple[Any, Any]:
         from phaseinterp.backends.smollm2 import load_smollm2
 
         model, _ = load_smollm2(device=args.device)
-        return model.eval(), args.tokenizer or "smollm2"
+        return _attention(model.eval(), args), args.tokenizer or "smollm2"
     if str(args.model) == "gemma3-270m" and not Path(args.model).exists():
         from phaseinterp.families.gemma3.load import load_gemma3_270m
 
-        model, _ = load_gemma3_270m(device=args.device, attention="windowed")  # logits only: no attention weights
+        model, _ = load_gemma3_270m(device=args.device, attention=args.attention or "windowed")  # logits only
         return model, args.tokenizer or "gemma3-270m"
     folder = Path(args.model)
     if not (folder / "config.json").is_file():
@@ -159,7 +163,13 @@ def load(args: argparse.Namespace) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
-    return model.to(args.device).eval(), args.tokenizer or str(folder)
+    return _attention(model.to(args.device).eval(), args), args.tokenizer or str(folder)
+
+
+def _attention(model: Any, args: argparse.Namespace) -> Any:
+    from phaseinterp.backends.windowed_attention import set_attention
+
+    return model if args.attention is None else set_attention(model, args.attention)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -209,7 +219,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             grid = depth_phase_grid(curve.correct, batch, n_bins=args.depth_bins or args.n_depths, label=label)
             units.append({"length": length, "condition": name, "label": label, "curve": curve, "grid": grid})
         apply_attention(model, None)
-    return {"units": units, "task": task.card(),
+    return {"units": units, "task": task.card(), "attention": model.config._attn_implementation,
             "compression": None if spec is None else {"class": type(spec).__name__, **spec.to_dict()},
             "period": period}
 
@@ -272,7 +282,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     units = result["units"]
     result["provenance"] = {"command": "phaseinterp needle", "model": str(args.model), "tokenizer": result["task"]["tokenizer"],
-                            "task": result["task"], "compression": result["compression"], "lengths": args.lengths,
+                            "task": result["task"], "compression": result["compression"], "attention": result["attention"],
+                            "lengths": args.lengths,
                             "modulus": args.modulus, "n_per_residue": args.n_per_residue, "seed": args.task_seed,
                             "version": phaseinterp.__version__}
     curves, grid = _tables(units)
