@@ -72,3 +72,14 @@ def test_the_windowed_attention_sentence_is_the_result_files_numbers():
     want = f"`sdpa` takes {r['sdpa']:.2f}x and windowed attention {r['phaseinterp_windowed_sdpa']:.2f}x the time of `eager`"
     assert want in page, f"docs/performance.md does not say {want!r} (windowed_attention.json)"
     assert got["same_answer_tokens"] and max(got["max_abs_logit_difference_to_eager"].values()) < 1e-3
+
+
+def test_the_base_chunks_sentence_is_the_result_files_numbers():
+    got = json.loads((RESULTS / "base_chunks.json").read_text())
+    page = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    want = (f"chunks of {got['base_tokens']['chunks'] // got['seq_len']} prompts take {got['memory_ratio']:.2f}x the "
+            f"peak memory and {got['time_ratio']:.2f}x the time of one forward over the {got['prompts']} prompts")
+    assert want in page, f"docs/performance.md does not say {want!r} (base_chunks.json)"
+    kept = {m["kept_bytes"] for runs in got["measured"].values() for m in runs}
+    assert len(kept) == 1 and f"the {kept.pop() / 1e9:.2f} GB the run keeps for the units" in page
+    assert got["max_abs_logit_difference"] < 1e-4 and got["memory_ratio"] <= got["target"]["memory_ratio"]

@@ -153,3 +153,56 @@ def test_rows_of_one_prompt_share_one_forward_and_one_cache(task):
     assert keys[T - 1].shape[0] == len(batch) + 1  # every prompt and row 0 again: a copy
     calib = task.sample(2, 4, seed=0, split="calibration")
     assert_final_path_equals_hooks(backend, rows, head_units(backend.cfg, "kv_head"), calib)
+
+
+def _mixed(kind: str):
+    """Compressed and plain layers side by side: Llama with layers 0 and 2 compressed; Gemma 3 with its
+    global layers compressed beside plain sliding ones (8-token window)."""
+    from phaseinterp.backends import KVCompression, compress_attention
+    from phaseinterp.families.gemma3 import tiny_gemma3
+    from phaseinterp.families.gemma3.attention import compress_gemma3
+
+    if kind == "llama":
+        return compress_attention(tiny("llama"), KVCompression(4, 2, "score", "centre", local=3, sink=2, layers=(0, 2)))
+    model = _noisy(tiny_gemma3(seed=0))
+    return compress_gemma3(model, KVCompression(4, 4, "mean", local=4), layers="global")
+
+
+@pytest.mark.parametrize("kind", ["plain qwen3", "compressed llama", "compressed gemma3"])
+def test_a_base_run_in_chunks_of_prompts_equals_one_forward(kind, task):
+    """Long prompts: the base run forwards its prompts in chunks of at most `base_tokens` tokens; the logits,
+    the kept activations and every unit's recomputation equal those of one forward over all prompts."""
+    from phaseinterp.backends import backend_for
+    from phaseinterp.backends.kv_cache import KVCacheFinalRun
+
+    model = tiny("qwen3") if kind == "plain qwen3" else _mixed(kind.split()[1])
+    backend = backend_for(model)
+    batch = staggered(task.sample(2, 4, seed=0))  # 8 prompts, query positions T-1 .. T-3
+    rows = batch[torch.cat([torch.arange(len(batch)), torch.tensor([0, 3])])]  # rows 0 and 3 twice: 8 prompts
+    T = rows.tokens.shape[1]
+    whole = KVCacheFinalRun(backend, rows.tokens, rows.query_pos)
+    assert whole.n_base_forwards == 1 and whole.n_forward_rows == len(batch)
+    cfg, n_layers = backend.cfg, len(whole.layers)
+    gen = torch.Generator().manual_seed(2)
+    masks = torch.rand(n_layers, cfg.n_heads, generator=gen) < 0.5
+    values = torch.randn(n_layers, len(rows), cfg.n_heads, cfg.d_head, generator=gen)
+    ref = whole.run_z(list(range(n_layers)), masks, values)
+    assert (ref - whole.logits[None]).abs().amax() > 1e-2  # the edits move the logits
+    seen: list[int] = []
+    for base_tokens, chunks in ((T, [1] * 8), (2 * T + 1, [2] * 4), (3 * T, [3, 3, 2])):
+        seen.clear()
+        hook = model.model.embed_tokens.register_forward_hook(lambda m, a, out: seen.append(a[0].shape[0]))
+        try:
+            run = KVCacheFinalRun(backend, rows.tokens, rows.query_pos, base_tokens=base_tokens)
+        finally:
+            hook.remove()
+        assert seen == chunks and run.n_base_forwards == len(chunks)
+        torch.testing.assert_close(run.logits, whole.logits, atol=1e-5, rtol=1e-5)
+        for m in range(n_layers):
+            torch.testing.assert_close(run.base_z(m), whole.base_z(m), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(run.base_resid(m), whole.base_resid(m), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(run.run_z(list(range(n_layers)), masks, values), ref, atol=1e-4, rtol=1e-4)
+    assert no_torch_hooks(model)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match=rf"base_tokens={bad!r} out of range: must be an integer >= 1"):
+            KVCacheFinalRun(backend, rows.tokens, rows.query_pos, base_tokens=bad)

@@ -21,6 +21,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from phaseinterp.backends.prompts import fill_rows
+
 
 def _rotate_half(x: Tensor) -> Tensor:
     x1, x2 = x.chunk(2, dim=-1)
@@ -74,18 +76,26 @@ class CompressedPrefix:
                 "positions": torch.tensor(exact + win, dtype=torch.long)}
 
     @classmethod
-    def capture(cls, attn: Any, layer_groups: list[tuple[int, Tensor]], store: dict[int, dict[str, Tensor]]) -> list:
+    def capture(cls, attn: Any, layer_groups: list[tuple[int, Tensor]], store: dict[int, dict[str, Tensor]],
+                offset: list[int] | None = None) -> list:
         """Forward hooks on `attn`'s hook points that keep, for group i (t, rows) in `store[i]`,
         the rows' keys before RoPE and values at `plan`'s positions and their entries ending
-        before t (sliced as the base run passes: nothing else of the layer is held)."""
+        before t (sliced as the base run passes: nothing else of the layer is held). `rows` index
+        the whole base run; when it runs in chunks of prompts, `offset[0]` is the current chunk's
+        first row (0 by default)."""
         plans = [cls.plan(attn.spec, t, getattr(attn, "sliding_window", None)) for t, _ in layer_groups]
 
         def keep(name: str, entries: bool):
             def hook(module, args, out):
+                lo = 0 if offset is None else offset[0]
                 for i, ((_, rows), plan) in enumerate(zip(layer_groups, plans)):
-                    x = out[rows.to(out.device)]
+                    rows = rows.to(out.device)
+                    here = (rows >= lo) & (rows < lo + len(out))
+                    if not here.any():
+                        continue
+                    x = out[rows[here] - lo]
                     sel = x[:, plan["lo"]: plan["n_old"]] if entries else x[:, plan["positions"].to(out.device)]
-                    store.setdefault(i, {})[name] = sel.detach()
+                    fill_rows(store.setdefault(i, {}), name, len(rows), here, sel.detach())
             return hook
 
         return [attn.hook_k.register_forward_hook(keep("k", False)),

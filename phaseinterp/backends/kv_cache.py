@@ -11,7 +11,9 @@ output projection. The layers below L are not rerun. All units of a chunk run as
 one-position forwards through the model's own decoder layers, norm and unembedding, so the result
 equals a full forward with the same edit (tested to 1e-4 on tiny random Llama and Qwen3). Rows with
 equal tokens (one per answer token of a multi-token answer, `tasks.scoring.token_rows`) share one row of
-the base forward and of its cache (`benchmarks/answer_rows.py`).
+the base forward and of its cache (`benchmarks/answer_rows.py`). Long prompts run through the base
+forward in chunks of at most `BASE_TOKENS` tokens, which bounds its activations; the cache is gathered
+across chunks (`benchmarks/base_chunks.py`).
 
 Layers with training-free compression (`kv_compression.compress_attention`) take the same path: the
 base run keeps, through their hook points, only what position t reads (entries that end before t,
@@ -36,7 +38,7 @@ from torch import Tensor
 from phaseinterp.backends.compressed_final import CompressedPrefix
 from phaseinterp.backends.incremental import final_run_inputs
 from phaseinterp.backends.kv_compression import compressed_layers
-from phaseinterp.backends.prompts import shared_forward_rows
+from phaseinterp.backends.prompts import fill_rows, shared_forward_rows
 from phaseinterp.units import check_layers
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
@@ -46,6 +48,9 @@ KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
 #: of those, the ones whose sliding-window layers the path handles (RoPE per layer type, each
 #: sliding layer's prefix cut to its window; compressed sliding layers keep theirs themselves)
 SLIDING_OK = ("gemma3_text",)
+#: tokens per forward of a base run (`KVCacheFinalRun(base_tokens=)`): 16 prompts of 4,096 tokens, or one
+#: forward for every batch of short rows
+BASE_TOKENS = 65536
 #: DeepSeek Sparse Attention decoders: their final-position path is `DSABackend`'s (`families.dsa.final`)
 DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 
@@ -123,10 +128,14 @@ class KVCacheFinalRun:
     Args:
         backend: an `HFCausalLMBackend` whose model passes `kv_cache_fallback`, without active edits.
         tokens: [batch, pos] token ids. query_pos: [batch] the scored position of each row.
+        base_tokens: the base run forwards its prompts in chunks of at most this many tokens (prompts x
+            length; at least one prompt), which bounds its activations on long prompts; the cache it
+            keeps and every result are the same for any value.
 
     Attributes:
         logits: base next-token logits at `query_pos`, [batch, vocab].
-        n_forward_rows: rows of the base forward: one per distinct token row of `tokens`.
+        n_forward_rows: rows of the base run: one per distinct token row of `tokens`.
+        n_base_forwards: the forwards those rows took (chunks of `base_tokens`).
 
     Example:
         >>> from phaseinterp.backends import HFCausalLMBackend
@@ -138,7 +147,11 @@ class KVCacheFinalRun:
         torch.Size([1, 8, 512])
     """
 
-    def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"]) -> None:
+    def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"], *,
+                 base_tokens: int = BASE_TOKENS) -> None:
+        if isinstance(base_tokens, bool) or not isinstance(base_tokens, int) or base_tokens < 1:
+            raise ValueError(f"base_tokens={base_tokens!r} out of range: must be an integer >= 1")
+        self.base_tokens = base_tokens
         why = kv_cache_fallback(backend)
         if why is not None:
             raise ValueError(f"the final-position KV-cache path is not available on {backend.describe()}: {why} "
@@ -157,22 +170,31 @@ class KVCacheFinalRun:
         # rows with equal tokens (the answer tokens of one prompt, `tasks.scoring.token_rows`) share one
         # forward and one cache row; `src[i]` is row i's row of that forward
         prompts, src, keep, slot = shared_forward_rows(self.tokens, qpos)
-        resid: list[Tensor | None] = [None] * n
-        z: list[Tensor | None] = [None] * n
+        P, T = prompts.shape
+        per = max(1, self.base_tokens // T)  # prompts per forward: bounds the activations of long prompts
+        offset = [0]  # the current chunk's first prompt
+        store: dict[Any, Tensor] = {}  # ("resid" | "z" | "k" | "v" | "logits", layer): filled chunk by chunk
         # rows sharing a query position t share one prefix (positions < t) per layer
         groups = [(int(t), (qpos == t).nonzero()[:, 0]) for t in torch.unique(qpos).tolist()]
         wrapped = compressed_layers(self.model)  # compressed layers keep their prefix through hooks
         kept: dict[int, dict[int, dict[str, Tensor]]] = {m: {} for m in wrapped}
 
+        def rows_here(n_chunk: int) -> tuple[Tensor, Tensor]:
+            here = (src >= offset[0]) & (src < offset[0] + n_chunk)
+            return here, src[here] - offset[0]
+
         def keep_resid(m: int):
             def hook(module, args, kwargs):
                 x = args[0] if args else kwargs["hidden_states"]
-                resid[m] = x[src, qpos].detach()
+                here, local = rows_here(len(x))
+                fill_rows(store, ("resid", m), len(src), here, x[local, qpos[here]].detach())
             return hook
 
         def keep_z(m: int):
             def hook(module, args):
-                z[m] = args[0][src, qpos].detach().view(len(src), self.n_heads, self.d_head)
+                here, local = rows_here(len(args[0]))
+                z = args[0][local, qpos[here]].detach().view(len(local), self.n_heads, self.d_head)
+                fill_rows(store, ("z", m), len(src), here, z)
             return hook
 
         handles = []
@@ -181,34 +203,55 @@ class KVCacheFinalRun:
                 handles.append(layer.register_forward_pre_hook(keep_resid(m), with_kwargs=True))
                 handles.append(layer.self_attn.o_proj.register_forward_pre_hook(keep_z(m)))
                 if m in wrapped:
-                    handles += CompressedPrefix.capture(wrapped[m], [(t, src[g]) for t, g in groups], kept[m])
-            from transformers import DynamicCache
-
-            # a DynamicCache without the config keeps every position of every layer (one built from
-            # a config with sliding layers keeps only their last window); cut to the window below
-            name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-            cache_kw = {name: DynamicCache()} if len(wrapped) < n else {}
-            with torch.no_grad():
-                out = self.model(input_ids=prompts, use_cache=len(wrapped) < n, logits_to_keep=keep, **cache_kw)
+                    handles += CompressedPrefix.capture(wrapped[m], [(t, src[g]) for t, g in groups], kept[m], offset)
+            for first in range(0, P, per):
+                offset[0] = first
+                self._base_chunk(prompts[first: first + per], keep[first: first + per], first, P, rows_here, slot,
+                                 wrapped, store)
         finally:
             for h in handles:
                 h.remove()
-        self.logits = out.logits[src, slot]
-        self.n_forward_rows = len(prompts)
-        cache = (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) if len(wrapped) < n else None
-        kv = ([None] * n if cache is None else
-              [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache))
-        self._resid, self._z = resid, z
+        self.logits = store["logits"]
+        self.n_forward_rows = P
+        self.n_base_forwards = -(-P // per)
+        kv = [(store[("k", m)], store[("v", m)]) if ("k", m) in store else None for m in range(n)]
+        self._resid, self._z = [store[("resid", m)] for m in range(n)], [store[("z", m)] for m in range(n)]
         self.groups = []
         for i, (t, g_rows) in enumerate(groups):
             # a group holding every prompt once, in order (each answer token of a prose batch), reads a
             # view of the cache: no copy of the prefix per group
             own = src[g_rows]
-            every = len(own) == len(prompts) and bool((own == torch.arange(len(prompts), device=own.device)).all())
+            every = len(own) == P and bool((own == torch.arange(P, device=own.device)).all())
             prefix = [CompressedPrefix.build(wrapped[m], t, kept[m][i]) if m in wrapped else
                       tuple(c[:, :, lo:t] if every else c[own, :, lo:t] for c in kv[m])
                       for m, lo in ((m, self._first_visible(m, t)) for m in range(n))]
             self.groups.append((t, g_rows, prefix))
+
+    def _base_chunk(self, prompts: Tensor, keep: Tensor, first: int, n_prompts: int, rows_here: Any, slot: Tensor,
+                    wrapped: dict, store: dict) -> None:
+        """One forward of the prompts `first` .. `first + len(prompts) - 1` of `n_prompts`: its rows'
+        logits and the plain layers' cache into `store` (the hooks keep the rest)."""
+        from transformers import DynamicCache
+
+        n = len(self.layers)
+        # a DynamicCache without the config keeps every position of every layer (one built from
+        # a config with sliding layers keeps only their last window); cut to the window later
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        cache_kw = {name: DynamicCache()} if len(wrapped) < n else {}
+        with torch.no_grad():
+            out = self.model(input_ids=prompts, use_cache=len(wrapped) < n, logits_to_keep=keep, **cache_kw)
+        here, local = rows_here(len(prompts))
+        fill_rows(store, "logits", len(here), here, out.logits[local, slot[here]])
+        if len(wrapped) == n:
+            return
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        kv = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else list(cache)
+        mine = torch.zeros(n_prompts, dtype=torch.bool, device=prompts.device)  # this chunk's prompts
+        mine[first: first + len(prompts)] = True
+        for m, (k, v) in enumerate(kv):
+            if m not in wrapped:
+                fill_rows(store, ("k", m), n_prompts, mine, k)
+                fill_rows(store, ("v", m), n_prompts, mine, v)
 
     def _first_visible(self, layer: int, t: int) -> int:
         """The first position query t reads at a plain `layer`: 0, or t - window + 1 on a sliding one."""

@@ -3,8 +3,10 @@ haystack keep their prompt's `prompt_id`, so a phase sweep runs each distinct pr
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from jaxtyping import Int
+from jaxtyping import Bool, Int
 from torch import Tensor
 
 
@@ -79,4 +81,15 @@ def shared_forward_rows(tokens: Int[Tensor, "rows pos"], query_pos: Int[Tensor, 
     return tokens[first.to(tokens.device)], src, keep, slot
 
 
-__all__ = ["distinct_prompts", "distinct_rows", "positions_per_prompt", "shared_forward_rows"]
+def fill_rows(store: dict, key: Any, n_rows: int, here: Bool[Tensor, " rows"], values: Tensor) -> None:
+    """`store[key][here] = values`, `store[key]` made [n_rows, ...] on first use: the rows of a forward run in
+    chunks of prompts, gathered into one tensor; a chunk holding every row is kept as it is (no copy)."""
+    if key not in store and len(values) == n_rows and bool(here.all()):
+        store[key] = values
+        return
+    if key not in store:
+        store[key] = values.new_empty((n_rows, *values.shape[1:]))
+    store[key][here.to(values.device)] = values
+
+
+__all__ = ["distinct_prompts", "distinct_rows", "fill_rows", "positions_per_prompt", "shared_forward_rows"]
