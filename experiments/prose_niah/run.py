@@ -143,6 +143,11 @@ Stated 2026-12-07 (sixth session), before it ran: Gemma 3 270M's evict-W8S8 unit
 --model gemma3-270m --length 4096 --n 32 --n-depths 8 --settings evict-W8S8`; its n4 unit had no power). Prediction,
 as for n4: weak phases at 4,096 tokens, as at 1,024; no prediction of which residues.
 
+Stated 2026-12-07 (seventh session), before they ran: SmolLM2 at 4,096 tokens under two more rules of its regime, at
+n8 (`grid --model smollm2 --length 4096 --n 8 --n-depths 8 --settings evict0-W8S8 score-W8S8`). Predictions: evict0
+(keeps offset 0 of each window) is strongest at residue 0, the kept offset, as at 1,024 tokens (evict, offset 7, is
+strongest at 7 at 4,096); score shows weak phases, as at 1,024 tokens (no prediction of which residues).
+
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
 under runs/prose_niah/ keeps finished minibatches, each with its compute time: a resumed unit's `seconds` adds the
