@@ -53,3 +53,23 @@ def test_hooked_models_are_not_cached_and_maps_agree_with_an_explicit_calibratio
     a = knockout_map(model, batch, calib, n_boot=50)
     b = knockout_map(model, batch, calibrate(model, calib), n_boot=50)
     assert torch.equal(torch.as_tensor(a.values), torch.as_tensor(b.values))
+
+
+def test_long_prompts_calibrate_in_forwards_of_at_most_forward_tokens(monkeypatch):
+    """`calibrate` bounds each forward by `FORWARD_TOKENS` as well as `max_rows`: the same head outputs."""
+    from phaseinterp.interventions import calibration
+
+    model, _, calib = _setup()
+    whole = calibrate(model, calib)
+    T = calib.tokens.shape[1]
+    rows_seen: list[int] = []
+    handle = model.blocks[0].register_forward_hook(lambda m, a, out: rows_seen.append(out.shape[0]))
+    try:
+        for budget, max_rows, chunks in ((2 * T + 1, None, [2, 2, 2, 2]), (3 * T, 2, [2, 2, 2, 2]), (T - 1, 5, [1] * 8)):
+            rows_seen.clear()
+            monkeypatch.setattr(calibration, "FORWARD_TOKENS", budget)
+            got = calibrate(model, calib, max_rows=max_rows)
+            assert rows_seen == chunks, (budget, max_rows)
+            torch.testing.assert_close(got.z, whole.z, atol=1e-6, rtol=1e-6)
+    finally:
+        handle.remove()

@@ -12,7 +12,7 @@ one-position forwards through the model's own decoder layers, norm and unembeddi
 equals a full forward with the same edit (tested to 1e-4 on tiny random Llama and Qwen3). Rows with
 equal tokens (one per answer token of a multi-token answer, `tasks.scoring.token_rows`) share one row of
 the base forward and of its cache (`benchmarks/answer_rows.py`). Long prompts run through the base
-forward in chunks of at most `BASE_TOKENS` tokens, which bounds its activations; the cache is gathered
+forward in chunks of at most `prompts.FORWARD_TOKENS` tokens, which bounds its activations; the cache is gathered
 across chunks (`benchmarks/base_chunks.py`).
 
 Layers with training-free compression (`kv_compression.compress_attention`) take the same path: the
@@ -38,7 +38,7 @@ from torch import Tensor
 from phaseinterp.backends.compressed_final import CompressedPrefix
 from phaseinterp.backends.incremental import final_run_inputs
 from phaseinterp.backends.kv_compression import compressed_layers
-from phaseinterp.backends.prompts import fill_rows, shared_forward_rows
+from phaseinterp.backends.prompts import FORWARD_TOKENS, fill_rows, shared_forward_rows
 from phaseinterp.units import check_layers
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
@@ -48,9 +48,6 @@ KV_CACHE_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
 #: of those, the ones whose sliding-window layers the path handles (RoPE per layer type, each
 #: sliding layer's prefix cut to its window; compressed sliding layers keep theirs themselves)
 SLIDING_OK = ("gemma3_text",)
-#: tokens per forward of a base run (`KVCacheFinalRun(base_tokens=)`): 16 prompts of 4,096 tokens, or one
-#: forward for every batch of short rows
-BASE_TOKENS = 65536
 #: DeepSeek Sparse Attention decoders: their final-position path is `DSABackend`'s (`families.dsa.final`)
 DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 
@@ -148,7 +145,7 @@ class KVCacheFinalRun:
     """
 
     def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"], *,
-                 base_tokens: int = BASE_TOKENS) -> None:
+                 base_tokens: int = FORWARD_TOKENS) -> None:
         if isinstance(base_tokens, bool) or not isinstance(base_tokens, int) or base_tokens < 1:
             raise ValueError(f"base_tokens={base_tokens!r} out of range: must be an integer >= 1")
         self.base_tokens = base_tokens

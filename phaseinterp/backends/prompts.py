@@ -9,6 +9,10 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+#: tokens per forward where a run goes through many long prompts (the KV-cache base run, calibration captures):
+#: 16 prompts of 4,096 tokens, or every batch of short rows in one forward; bounds the forward's activations
+FORWARD_TOKENS = 65536
+
 
 def distinct_prompts(prompt_id: Int[Tensor, " rows"], tokens: Int[Tensor, "rows pos"] | None = None
                      ) -> tuple[Int[Tensor, " prompts"], Int[Tensor, " rows"]]:
@@ -92,4 +96,4 @@ def fill_rows(store: dict, key: Any, n_rows: int, here: Bool[Tensor, " rows"], v
     store[key][here.to(values.device)] = values
 
 
-__all__ = ["distinct_prompts", "distinct_rows", "fill_rows", "positions_per_prompt", "shared_forward_rows"]
+__all__ = ["FORWARD_TOKENS", "distinct_prompts", "distinct_rows", "fill_rows", "positions_per_prompt", "shared_forward_rows"]

@@ -13,6 +13,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.prompts import FORWARD_TOKENS
 from phaseinterp.interventions.checks import check_at_least_one, check_position
 from phaseinterp.interventions.runner import runnable
 from phaseinterp.tasks import PhaseBatch
@@ -167,7 +168,8 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
     Args:
         model: our model, a backend, or a raw HF model (see `measure.sweep.resolve_model`).
         batch, positions: the calibration prompts and the sites.
-        max_rows: rows per forward (default: all rows in one forward).
+        max_rows: rows per forward (default: all rows in one forward); long prompts also go at most
+            `backends.prompts.FORWARD_TOKENS` tokens (at least one row) per forward, bounding its activations.
 
     Example:
         >>> from phaseinterp.tasks import RecordLookup
@@ -183,9 +185,9 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
     dev = model.device
     sites = site_positions(pos, batch.query_pos.to(dev), T)
     names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
-    step = len(batch) if max_rows is None else max_rows
+    step = max(1, min(len(batch) if max_rows is None else max_rows, FORWARD_TOKENS // T))
     chunks = []
-    for start in range(0, len(batch), max(step, 1)):
+    for start in range(0, len(batch), step):
         rows = slice(start, start + step)
         acts = model.capture(batch.tokens[rows], names, sites[rows])
         chunks.append(torch.stack([acts[n] for n in names], 1))
