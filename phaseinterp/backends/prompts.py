@@ -1,5 +1,6 @@
 """Rows that share a prompt: a multi-token answer's rows (one per answer token) and several queries of one
-haystack keep their prompt's `prompt_id`, so a phase sweep runs each distinct prompt once."""
+haystack keep their prompt's `prompt_id`, so a phase sweep runs each distinct prompt once. Runs over many long
+prompts forward them in chunks of at most `FORWARD_TOKENS` tokens and gather the rows they keep (`fill_rows`)."""
 
 from __future__ import annotations
 
