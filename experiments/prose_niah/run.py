@@ -147,6 +147,8 @@ Stated 2026-12-07 (seventh session), before they ran: SmolLM2 at 4,096 tokens un
 n8 (`grid --model smollm2 --length 4096 --n 8 --n-depths 8 --settings evict0-W8S8 score-W8S8`). Predictions: evict0
 (keeps offset 0 of each window) is strongest at residue 0, the kept offset, as at 1,024 tokens (evict, offset 7, is
 strongest at 7 at 4,096); score shows weak phases, as at 1,024 tokens (no prediction of which residues).
+Stated after the n8 units were read, before it ran: evict0 at 4,096 tokens grows to n32 (`grid --model smollm2
+--length 4096 --n 32 --n-depths 8 --settings evict0-W8S8`); prediction, as for n8: strongest at residue 0.
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
