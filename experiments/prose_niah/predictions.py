@@ -89,6 +89,8 @@ PREDICTIONS = (
                lambda acc, said: said.startswith("weak"), length=4096),
     Prediction("smollm2", "value", "evict0-W8S8", 32, "strongest at residue 0 (the kept offset) at 4,096 tokens (as for n8)",
                strong_at((0,)), length=4096),
+    Prediction("smollm2", "question", "evict-W8S8", 32, "no effect of the question's phase at 4,096 tokens, as at 1,024",
+               flat, length=4096),
     Prediction("smollm2", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     Prediction("gemma3-270m", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     *(Prediction(model, "value", "chunk-S8k*-static", 32, "weak phases at the token press's budget",

@@ -150,6 +150,11 @@ strongest at 7 at 4,096); score shows weak phases, as at 1,024 tokens (no predic
 Stated after the n8 units were read, before it ran: evict0 at 4,096 tokens grows to n32 (`grid --model smollm2
 --length 4096 --n 32 --n-depths 8 --settings evict0-W8S8`); prediction, as for n8: strongest at residue 0.
 
+Stated 2026-12-07 (eighth session), before it ran: the first decode-time unit at 4,096 tokens, SmolLM2's question
+anchor under evict-W8S8 (`grid --model smollm2 --length 4096 --n 32 --n-depths 8 --anchor question --settings
+evict-W8S8`; the needle stays where it is, the question moves by 0..7 tokens). Prediction, as at 1,024 tokens: no
+effect of the question's phase.
+
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
 under runs/prose_niah/ keeps finished minibatches, each with its compute time: a resumed unit's `seconds` adds the
