@@ -14,26 +14,34 @@ from typing import Any, Callable
 
 import numpy as np
 
-Check = Callable[[np.ndarray, str], bool]
+from experiments.prose_niah.survivors import gap_above_zero
+
+#: (accuracy by residue, the unit's Holm reading, the unit's file) -> held
+Check = Callable[[np.ndarray, str, dict[str, Any]], bool]
 
 
 def strong_at(residues: tuple[int, ...]) -> Check:
     """Weak phases, and every residue in `residues` above every other residue.
 
     Example:
-        >>> strong_at((3, 4))(np.array([0, 0, 0, .9, .8, 0, 0, .1]), "weak phases: worst r = 0")
+        >>> strong_at((3, 4))(np.array([0, 0, 0, .9, .8, 0, 0, .1]), "weak phases: worst r = 0", {})
         True
     """
-    def check(acc: np.ndarray, said: str) -> bool:
+    def check(acc: np.ndarray, said: str, unit: dict[str, Any]) -> bool:
         others = [a for r, a in enumerate(acc) if r not in residues]
         return said.startswith("weak") and bool(min(acc[list(residues)]) > max(others))
 
     return check
 
 
-def flat(acc: np.ndarray, said: str) -> bool:
+def flat(acc: np.ndarray, said: str, unit: dict[str, Any]) -> bool:
     """No phase effect detected after Holm."""
     return said.startswith("no phase effect detected")
+
+
+def weak(acc: np.ndarray, said: str, unit: dict[str, Any]) -> bool:
+    """Weak phases after Holm (no prediction of which residues)."""
+    return said.startswith("weak")
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ PREDICTIONS = (
     Prediction("smollm2", "value", "evict-W8S8", 8, "the strong residue stays at 7 at 4,096 tokens", strong_at((7,)),
                length=4096),
     Prediction("gemma3-270m", "value", "evict-W8S8", 4, "weak phases at 4,096 tokens, as at 1,024",
-               lambda acc, said: said.startswith("weak"), length=4096),
+               weak, length=4096),
     Prediction("smollm2", "value", "chunk-S8k2-static", 8, "strong at residues 0-4, weak at 5-7, as at 1,024 tokens",
                strong_at((0, 1, 2, 3, 4)), length=4096),
     Prediction("smollm2", "value", "evict-W8S8", 32, "the strong residue stays at 7 at 4,096 tokens (as at n8)",
@@ -82,19 +90,21 @@ PREDICTIONS = (
     Prediction("smollm2", "value", "chunk-S8k2-static", 32, "strong at residues 0-4, weak at 5-7 at 4,096 tokens (as at n8)",
                strong_at((0, 1, 2, 3, 4)), length=4096),
     Prediction("gemma3-270m", "value", "evict-W8S8", 32, "weak phases at 4,096 tokens, as at 1,024 (as for n4)",
-               lambda acc, said: said.startswith("weak"), length=4096),
+               weak, length=4096),
     Prediction("smollm2", "value", "evict0-W8S8", 8, "strongest at residue 0 (the kept offset) at 4,096 tokens, as at 1,024",
                strong_at((0,)), length=4096),
     Prediction("smollm2", "value", "score-W8S8", 8, "weak phases at 4,096 tokens, as at 1,024",
-               lambda acc, said: said.startswith("weak"), length=4096),
+               weak, length=4096),
     Prediction("smollm2", "value", "evict0-W8S8", 32, "strongest at residue 0 (the kept offset) at 4,096 tokens (as for n8)",
                strong_at((0,)), length=4096),
     Prediction("smollm2", "question", "evict-W8S8", 32, "no effect of the question's phase at 4,096 tokens, as at 1,024",
                flat, length=4096),
+    Prediction("smollm2", "value", "evict0-W8S8", 32, "residues 0, 5, 6 and 7 (a value digit survives) score above "
+               "the other four: survivor gap interval above 0", gap_above_zero(4), length=4096),
     Prediction("smollm2", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     Prediction("gemma3-270m", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     *(Prediction(model, "value", "chunk-S8k*-static", 32, "weak phases at the token press's budget",
-                 lambda acc, said: said.startswith("weak"), unless="chunk-S8k1-static") for model in ("smollm2", "gemma3-270m")),
+                 weak, unless="chunk-S8k1-static") for model in ("smollm2", "gemma3-270m")),
 )
 
 
@@ -112,7 +122,7 @@ def judged(rows: list[dict[str, Any]], said: dict[str, str], key: Callable[[dict
             if not reading.startswith(("weak", "no phase effect detected")):
                 outcome = f"cannot tell: {reading}"
             else:
-                outcome = "held" if p.check(acc, reading) else "did not hold"
+                outcome = "held" if p.check(acc, reading, u) else "did not hold"
             out.append((p, u, outcome))
     return out
 

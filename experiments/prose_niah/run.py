@@ -154,6 +154,12 @@ Stated 2026-12-07 (eighth session), before it ran: the first decode-time unit at
 anchor under evict-W8S8 (`grid --model smollm2 --length 4096 --n 32 --n-depths 8 --anchor question --settings
 evict-W8S8`; the needle stays where it is, the question moves by 0..7 tokens). Prediction, as at 1,024 tokens: no
 effect of the question's phase.
+Stated while SmolLM2's evict0-W8S8 unit at 4,096 tokens (n32) ran, before its journal was read (its first 8
+prompts per residue are the n8 unit's, on the page), after reading the evict units already on the page (`experiments/prose_niah/survivors.py`): evict keeps the positions K
+mod 8, so a digit of the 4-token value survives at four residues (4-7 for K = 7, 0 and 5-7 for K = 0); at 1,024
+tokens those four were SmolLM2's four best residues under both offsets, and at 4,096 under K = 7. Prediction for
+evict0 at 4,096 tokens, n32: residues 0, 5, 6 and 7 score above the other four (the survivor gap's 95% interval,
+examples resampled, lies above 0).
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal

@@ -165,7 +165,7 @@ def test_kept_reads_the_press_and_the_oracle_keeps_the_values_chunk(llama_dir, t
 
 
 def test_each_stated_prediction_is_judged_by_its_units_reading():
-    from experiments.prose_niah.predictions import Prediction, flat, judged, strong_at
+    from experiments.prose_niah.predictions import Prediction, flat, judged, strong_at, weak
 
     def unit(setting, acc, n=32):
         return {"model": "m", "anchor": "value", "setting": setting, "n_per_residue": n, "length": 1024,
@@ -179,7 +179,7 @@ def test_each_stated_prediction_is_judged_by_its_units_reading():
     import experiments.prose_niah.predictions as predictions
 
     stated = (Prediction("m", "value", "chunk-S8k*-static", 32, "strong at 3-4", strong_at((3, 4))),
-              Prediction("m", "value", "chunk-S8k*-static", 32, "weak", lambda a, s: s.startswith("weak"),
+              Prediction("m", "value", "chunk-S8k*-static", 32, "weak", weak,
                          unless="chunk-S8k1-static"),
               Prediction("m", "value", "token-S8k*-static", 32, "flat", flat),
               Prediction("m", "value", "mean-W8S8", 8, "flat", flat),
