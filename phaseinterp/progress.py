@@ -32,7 +32,7 @@ def progress_bar(total: int, desc: str, progress: bool, unit: str = "unit") -> t
 def in_chunks(run: Callable[[slice], Any], n: int, per: int, *, progress: bool, desc: str, unit: str = "unit") -> Any:
     """`run(slice)` over consecutive slices of `per` of `n` units, results concatenated along the
     first axis (torch tensors), a bar advancing by each slice's units. The slices are the ones a
-    backend batches anyway (`max(1, max_rows // batch)` units per forward), so the forwards and
+    backend batches anyway (`backends.prompts.units_per_forward`), so the forwards and
     the results are those of one call over all units.
 
     Example:

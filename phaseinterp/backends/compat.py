@@ -29,7 +29,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.backends.edits import HookEdit
+from phaseinterp.backends.prompts import units_per_forward
 from phaseinterp.backends.units import Read
+from phaseinterp.checks import check_at_least_one
 
 _PATTERNS = [
     (re.compile(r"^blocks\.(\d+)\.attn\.hook_z$"), "head"),
@@ -104,7 +106,7 @@ class TLCompat:
                   units: Sequence[dict[str, Callable[[Tensor], Tensor]]], *, max_rows: int = 2048,
                   base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
         """Logits at `query_pos` for each unit's `{hook name: fn(block) -> block}` edit, several
-        units per forward (as `interventions.run_units`; at most `max_rows` rows each);
+        units per forward (as `interventions.run_units`; at most `max_rows` rows and `prompts.FORWARD_TOKENS` tokens each);
         `base_hooks` (TransformerLens-style) edit every unit's run first (e.g. a gate override).
 
         Example:
@@ -112,12 +114,11 @@ class TLCompat:
             >>> backend.run_units(tokens, qpos, [{}, zero]).shape  # [units, batch, vocab]
             torch.Size([2, 8, 512])
         """
-        if max_rows < 1:
-            raise ValueError(f"max_rows={max_rows} is out of range: allowed >= 1")
+        check_at_least_one("max_rows", max_rows)
         base = [*self._active, *[self.hook_edit(name, fn) for name, fn in base_hooks]]
         sites = {name: self.resolve_hook(name) for u in units for name in u}  # each name resolved once
         variants = [base + [HookEdit(*sites[name][:3], fn, sites[name][3]) for name, fn in u.items()] for u in units]
-        per = max(1, max_rows // max(tokens.shape[0], 1))
+        per = units_per_forward(tokens.shape[0], max_rows, tokens.shape[1])
         return self.run_batched(tokens, variants, positions=query_pos, variants_per_forward=per)
 
     def capture(self, tokens: Int[Tensor, "batch pos"], names: Sequence[str],

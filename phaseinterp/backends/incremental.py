@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.prompts import units_per_forward
 from phaseinterp.backends.tl_hooks import final_logits, has_hooks, model_device
+from phaseinterp.checks import check_at_least_one
 from phaseinterp.model import joint_attention as joint
 from phaseinterp.units import check_layers
 
@@ -176,11 +178,10 @@ class FinalPositionRun:
         if len(layers) != values.shape[0]:
             raise ValueError(f"{len(layers)} layers for {values.shape[0]} units of values")
         check_layers(layers, n_layers)
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows={max_rows!r} out of range: must be an integer >= 1")
+        check_at_least_one("max_rows", max_rows)
         values = values.to(self.logits.device)
         out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
-        per = max(1, max_rows // len(self.query_pos))
+        per = units_per_forward(len(self.query_pos), max_rows)
         with torch.no_grad():
             for g in self.groups:
                 for s in range(0, len(layers), per):

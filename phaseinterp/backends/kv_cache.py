@@ -38,7 +38,8 @@ from torch import Tensor
 from phaseinterp.backends.compressed_final import CompressedPrefix
 from phaseinterp.backends.incremental import final_run_inputs
 from phaseinterp.backends.kv_compression import compressed_layers
-from phaseinterp.backends.prompts import FORWARD_TOKENS, fill_rows, shared_forward_rows
+from phaseinterp.backends.prompts import FORWARD_TOKENS, fill_rows, shared_forward_rows, units_per_forward
+from phaseinterp.checks import check_at_least_one
 from phaseinterp.units import check_layers
 
 #: HF `model_type`s whose decoder layers are called here one position at a time: plain pre-norm
@@ -146,8 +147,7 @@ class KVCacheFinalRun:
 
     def __init__(self, backend: Any, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " batch"], *,
                  base_tokens: int = FORWARD_TOKENS) -> None:
-        if isinstance(base_tokens, bool) or not isinstance(base_tokens, int) or base_tokens < 1:
-            raise ValueError(f"base_tokens={base_tokens!r} out of range: must be an integer >= 1")
+        check_at_least_one("base_tokens", base_tokens)
         self.base_tokens = base_tokens
         why = kv_cache_fallback(backend)
         if why is not None:
@@ -275,8 +275,7 @@ class KVCacheFinalRun:
             raise ValueError(f"{len(layers)} layers for {values.shape[0]} units of values and masks of shape "
                              f"{tuple(masks.shape)} (allowed: one layer, one [{self.n_heads}] head mask per unit)")
         check_layers(layers, len(self.layers))
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows={max_rows!r} out of range: must be an integer >= 1")
+        check_at_least_one("max_rows", max_rows)
         values = values.to(self.logits.device, self.logits.dtype)
         masks = masks.to(self.logits.device)
         out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
@@ -294,7 +293,7 @@ class KVCacheFinalRun:
     def _run_groups(self, layers: list[int], masks: Tensor, values: Tensor, max_rows: int, out: Tensor) -> None:
         with torch.no_grad():
             for t, rows, prefix in self.groups:
-                per = max(1, max_rows // len(rows))
+                per = units_per_forward(len(rows), max_rows)
                 for s in range(0, len(layers), per):
                     sl = slice(s, s + per)
                     out[sl, rows.to(out.device)] = self._run_group(t, rows, prefix, layers[sl], masks[sl],

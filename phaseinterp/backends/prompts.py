@@ -1,6 +1,7 @@
 """Rows that share a prompt: a multi-token answer's rows (one per answer token) and several queries of one
 haystack keep their prompt's `prompt_id`, so a phase sweep runs each distinct prompt once. Runs over many long
-prompts forward them in chunks of at most `FORWARD_TOKENS` tokens and gather the rows they keep (`fill_rows`)."""
+prompts forward them in chunks of at most `FORWARD_TOKENS` tokens and gather the rows they keep (`fill_rows`);
+interventions that stack one copy of the batch per unit take `units_per_forward` units per forward."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-#: tokens per forward where a run goes through many long prompts (the KV-cache base run, calibration captures):
-#: 16 prompts of 4,096 tokens, or every batch of short rows in one forward; bounds the forward's activations
+#: tokens per forward where a run goes through many long prompts (the KV-cache base run, calibration captures,
+#: the full forwards of knockout and patching): 16 prompts of 4,096 tokens; bounds the forward's activations
 FORWARD_TOKENS = 65536
 
 
@@ -86,6 +87,19 @@ def shared_forward_rows(tokens: Int[Tensor, "rows pos"], query_pos: Int[Tensor, 
     return tokens[first.to(tokens.device)], src, keep, slot
 
 
+def units_per_forward(rows: int, max_rows: int, seq_len: int | None = None) -> int:
+    """Units one forward takes when each unit runs its own copy of `rows` rows: at most `max_rows` rows and, for
+    full forwards over `seq_len` tokens, at most `FORWARD_TOKENS` tokens; at least one unit (a batch larger than
+    the bounds still runs whole). The final-position paths forward one position per row: no `seq_len`.
+
+    Example:
+        >>> units_per_forward(8, 2048), units_per_forward(8, 2048, seq_len=64), units_per_forward(8, 2048, seq_len=4096)
+        (256, 128, 2)
+    """
+    cap = max_rows if seq_len is None else min(max_rows, max(1, FORWARD_TOKENS // seq_len))
+    return max(1, cap // max(rows, 1))
+
+
 def fill_rows(store: dict, key: Any, n_rows: int, here: Bool[Tensor, " rows"], values: Tensor) -> None:
     """`store[key][here] = values`, `store[key]` made [n_rows, ...] on first use: the rows of a forward run in
     chunks of prompts, gathered into one tensor; a chunk holding every row is kept as it is (no copy)."""
@@ -97,4 +111,5 @@ def fill_rows(store: dict, key: Any, n_rows: int, here: Bool[Tensor, " rows"], v
     store[key][here.to(values.device)] = values
 
 
-__all__ = ["FORWARD_TOKENS", "distinct_prompts", "distinct_rows", "fill_rows", "positions_per_prompt", "shared_forward_rows"]
+__all__ = ["FORWARD_TOKENS", "distinct_prompts", "distinct_rows", "fill_rows", "positions_per_prompt", "shared_forward_rows",
+           "units_per_forward"]

@@ -14,6 +14,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.prompts import distinct_prompts, units_per_forward
+
 # A unit edit: {hook name: fn(activation block [B, ...]) -> edited block}, applied to one unit's rows.
 UnitEdit = dict[str, Callable[[Tensor], Tensor]]
 
@@ -67,10 +69,11 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
               units: Sequence[UnitEdit], *, max_rows: int = 2048,
               base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
     """Logits at `query_pos` for each unit's edit: the batch is repeated once per unit in a chunk
-    (at most `max_rows` rows per forward, at least one unit); each unit's hook functions see and
+    (`backends.prompts.units_per_forward`: at most `max_rows` rows and `FORWARD_TOKENS` tokens per forward, at
+    least one unit); each unit's hook functions see and
     edit only that unit's rows, after `base_hooks`."""
     B = tokens.shape[0]
-    per = max(1, max_rows // max(B, 1))
+    per = units_per_forward(B, max_rows, tokens.shape[1])
     outs = []
     for start in range(0, len(units), per):
         chunk = units[start : start + per]
@@ -120,8 +123,6 @@ def prompt_logits(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor
                   prompt_id: Int[Tensor, " batch"]) -> Float[Tensor, "batch vocab"]:
     """Logits at `query_pos` from one full forward per distinct prompt (rows that share a prompt,
     several queries of one haystack, share its forward): the phase sweep's path."""
-    from phaseinterp.backends.prompts import distinct_prompts
-
     dev = model_device(model)
     first, inverse = distinct_prompts(prompt_id, tokens)
     logits = model(tokens[first].to(dev))

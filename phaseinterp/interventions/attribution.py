@@ -25,6 +25,7 @@ from jaxtyping import Float, Int
 from scipy.stats import spearmanr
 from torch import Tensor
 
+from phaseinterp.backends.prompts import units_per_forward
 from phaseinterp.measure.specialization import SpecializationMap
 from phaseinterp.interventions.overrides import BRANCH_NAMES, TARGETS, compressors, gate_override_hooks, override_values
 from phaseinterp.interventions.pairs import Pairing
@@ -243,7 +244,8 @@ def _exact_cells(model, base: PhaseBatch, base_hooks, sources: dict[str, Tensor]
     units = [{n: _write_slot(sources[n], off, h)} for n, _, off, h in cells]
     edited = in_chunks(lambda s: model.run_units(base.tokens, base.query_pos, units[s], max_rows=o.max_rows,
                                                  base_hooks=base_hooks),
-                       len(units), max(1, o.max_rows // len(base.tokens)), progress=o.progress, desc="gate attribution")
+                       len(units), units_per_forward(len(base.tokens), o.max_rows, base.tokens.shape[1]), progress=o.progress,
+                       desc="gate attribution")
     delta = (metric(edited) - m_base[None]).cpu().numpy()
     exact = np.full(grid["shape"], np.nan)
     for (_, idx, _, _), d in zip(cells, delta):

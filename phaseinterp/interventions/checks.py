@@ -3,14 +3,7 @@ bad value and the allowed range (docs/errors.md)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-
-def check_at_least_one(name: str, value: Any) -> int:
-    """Row budgets and replicate counts (`max_rows`, `n_boot`): integers >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} out of range: must be an integer >= 1")
-    return value
+from phaseinterp.checks import check_at_least_one
 
 
 def check_position(p: int, seq_len: int) -> int:

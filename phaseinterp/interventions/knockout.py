@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.prompts import units_per_forward
 from phaseinterp.interventions.calibration import (REPLACEMENTS, SELF, Calibration, Positions, calibrate_cached,
                                                    check_calibration, check_positions, site_positions)
 from phaseinterp.interventions.checks import check_at_least_one
@@ -135,7 +136,7 @@ def knockout_logits(model, batch: PhaseBatch, units: Sequence[Unit], calibration
                                           per_residue=per_residue, positions=positions, method=method, seed=seed,
                                           max_rows=max_rows)
     every = list(range(len(units)))
-    return clean, in_chunks(lambda s: run(every[s]), len(units), units_per_forward(batch, max_rows), progress=progress,
+    return clean, in_chunks(lambda s: run(every[s]), len(units), per_forward(batch, max_rows, method), progress=progress,
                             desc="knockout"), method
 
 
@@ -150,10 +151,11 @@ def path_meta(model, method: str) -> dict:
     return {"path": "full_forward", **({} if why is None else {"fallback": why})}
 
 
-def units_per_forward(batch: PhaseBatch, max_rows: int) -> int:
-    """Units one forward of a knockout takes (the backends' own chunking): a map run chunk by chunk
-    computes exactly what one call over all units computes."""
-    return max(1, max_rows // max(len(batch), 1))
+def per_forward(rows: PhaseBatch, max_rows: int, method: str) -> int:
+    """Units one forward of a knockout takes (the backends' own chunking, `backends.prompts.units_per_forward`;
+    the full forwards of method "hooks" also bounded in tokens): a map run chunk by chunk computes exactly what
+    one call over all units computes."""
+    return units_per_forward(len(rows), max_rows, None if method == "incremental" else rows.tokens.shape[1])
 
 
 def _knockout_runner(model, batch: PhaseBatch, units: Sequence[Unit], calibration, *, replacement: str,
@@ -235,7 +237,7 @@ def _knockout_journal(resume, model, batch: PhaseBatch, calibration, units: Sequ
 def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibration, journal, *, replacement: str,
                          progress: bool = True, **kw) -> tuple[np.ndarray, np.ndarray, list[int], str]:
     """(clean correct [batch], knocked-out correct [unit, batch], unchanged unit indices, method):
-    the units run in chunks of `units_per_forward`, each chunk recorded in `journal` when given and
+    the units run in chunks of `per_forward`, each chunk recorded in `journal` when given and
     taken from it when already there."""
     rows, owner = token_rows(batch)  # one row per scored answer token (the batch itself for one-token answers)
     clean_logits, run, used = _knockout_runner(model, rows, units, calibration, replacement=replacement, **kw)
@@ -247,7 +249,7 @@ def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibr
                 "unchanged": np.isin(np.arange(len(idx)), unchanged_units(logits, clean_logits))}
 
     ko, unchanged = [], []
-    for idx, done in journaled_chunks(len(units), units_per_forward(rows, kw["max_rows"]), journal, compute,
+    for idx, done in journaled_chunks(len(units), per_forward(rows, kw["max_rows"], used), journal, compute,
                                       rows=len(rows), progress=progress, desc="knockout"):
         ko.append(done["correct"])
         unchanged += [i for i, flag in zip(idx, done["unchanged"]) if flag]
@@ -417,7 +419,8 @@ def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),
               "seed": o.seed, "n_boot": o.n_boot, "confidence": o.confidence, "versions": versions(),
               **({} if journal is None else
-                 {"resumed": journal.resumed("chunks", -(-len(units) // units_per_forward(batch, o.max_rows)))})})
+                 {"resumed": journal.resumed("chunks", -(-len(units) // per_forward(token_rows(batch)[0], o.max_rows,
+                                                                                    used)))})})
 
 
 def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None, *, layer: int,

@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from phaseinterp.backends.prompts import units_per_forward
 from phaseinterp.interventions.calibration import check_positions, site_positions
 from phaseinterp.interventions.checks import check_at_least_one, check_position
 from phaseinterp.interventions.options import PatchingOptions
@@ -167,14 +168,15 @@ def activation_patching(model, pair: Pairing, *, options: PatchingOptions | None
     layout, labels, present, run, corrupt_logits = _patching_runner(model, pair, o.unit, o.level, positions, layer_ids,
                                                                     fast, o.max_rows)
     journal = _patching_journal(model, pair, o, positions, layer_ids, fast, labels)
-    patched, unchanged = _patched_outcomes(pair, run, len(labels), corrupt_logits, o.max_rows, journal,
+    per = units_per_forward(len(pair.corrupt), o.max_rows, None if fast else pair.corrupt.tokens.shape[1])
+    patched, unchanged = _patched_outcomes(pair, run, len(labels), corrupt_logits, per, journal,
                                            progress=o.progress, desc=f"patching {o.unit}")
     warn_unchanged([labels[i] for i in unchanged], f"patching {o.unit}")
     out = _patching_map(model, pair, clean_logits, corrupt_logits, patched, layout, present, o.rel_min,
                          _intervention(model, pair, o, positions, fast),
                          {"change": o.change, "n_boot": o.n_boot, "confidence": o.confidence, "seed": o.seed})
     if journal is not None:
-        out.meta["resumed"] = journal.resumed("chunks", -(-len(labels) // max(1, o.max_rows // len(pair.corrupt))))
+        out.meta["resumed"] = journal.resumed("chunks", -(-len(labels) // per))
     return out
 
 
@@ -204,10 +206,10 @@ def _foil(pair: Pairing, corrupt_logits: Tensor) -> Tensor:
     return pair.foil if pair.foil is not None else top_other(corrupt_logits, pair.clean.answers)
 
 
-def _patched_outcomes(pair: Pairing, run, n_units: int, corrupt_logits: Tensor, max_rows: int, journal, *,
+def _patched_outcomes(pair: Pairing, run, n_units: int, corrupt_logits: Tensor, per: int, journal, *,
                       progress: bool = True, desc: str = "patching") -> tuple[dict[str, np.ndarray], list[int]]:
     """({"ld": patched logit difference [unit, row], "ok": patched correct [unit, row]}, unchanged
-    units): the units in chunks of one forward each (`max_rows` rows), each chunk recorded in
+    units): the units in chunks of `per`, one forward each (`backends.prompts.units_per_forward`), each chunk recorded in
     `journal` when given and taken from it when already there."""
     clean = pair.clean
     answer, foil = clean.answer, _foil(pair, corrupt_logits)
@@ -219,7 +221,6 @@ def _patched_outcomes(pair: Pairing, run, n_units: int, corrupt_logits: Tensor, 
                 "unchanged": np.isin(np.arange(len(idx)), unchanged_units(patched, corrupt_logits))}
 
     lds, oks, unchanged = [], [], []
-    per = max(1, max_rows // max(len(pair.corrupt), 1))
     for idx, done in journaled_chunks(n_units, per, journal, compute, rows=len(clean), progress=progress, desc=desc):
         lds.append(done["ld"])
         oks.append(done["ok"])

@@ -17,6 +17,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from phaseinterp.backends import Backend, resolve_model
+from phaseinterp.backends.prompts import units_per_forward
 from phaseinterp.interventions.checks import check_at_least_one
 from phaseinterp.progress import in_chunks
 
@@ -53,14 +54,14 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
               ) -> Float[Tensor, "unit batch vocab"]:
     """Logits at `query_pos` for each unit's edit, several units per forward (`Backend.run_units`).
 
-    The batch is repeated once per unit in a chunk (at most `max_rows` rows per forward, at
-    least one unit); each unit's hook functions see and edit only that unit's rows.
+    The batch is repeated once per unit in a chunk (at most `max_rows` rows and
+    `backends.prompts.FORWARD_TOKENS` tokens per forward, at least one unit); each unit's hook functions see and edit only that unit's rows.
 
     Args:
         model: our model, a backend, or a raw HF model (hook names of `backend.hook_names()`).
         tokens, query_pos: the rows.
         units: one {hook name: fn(block) -> block} per unit (an empty dict is the clean run).
-        max_rows: rows per forward pass (units per forward = max(1, max_rows // batch)).
+        max_rows: rows per forward pass (units per forward: `backends.prompts.units_per_forward`).
         base_hooks: hooks applied to every row before the unit edits (e.g. a gate override).
         progress: a progress bar over the units (default; `phaseinterp.progress`); False: silent.
 
@@ -72,7 +73,8 @@ def run_units(model, tokens: Int[Tensor, "batch pos"], query_pos: Int[Tensor, " 
     check_at_least_one("max_rows", max_rows)
     backend = runnable(model)
     return in_chunks(lambda s: backend.run_units(tokens, query_pos, units[s], max_rows=max_rows, base_hooks=base_hooks),
-                     len(units), max(1, max_rows // max(len(tokens), 1)), progress=progress, desc="units")
+                     len(units), units_per_forward(len(tokens), max_rows, tokens.shape[1]), progress=progress,
+                     desc="units")
 
 
 def capture(model, tokens: Int[Tensor, "batch pos"], names: Sequence[str],

@@ -24,6 +24,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.backends.incremental import final_run_inputs
+from phaseinterp.backends.prompts import units_per_forward
+from phaseinterp.checks import check_at_least_one
 from phaseinterp.units import check_layers
 
 
@@ -159,15 +161,14 @@ class DecodeFinalRun:
             raise ValueError(f"{len(layers)} layers for {values.shape[0]} units of values and masks of shape "
                              f"{tuple(masks.shape)} (allowed: one layer, one [{self.n_heads}] head mask per unit)")
         check_layers(layers, self.n_layers)
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows={max_rows!r} out of range: must be an integer >= 1")
+        check_at_least_one("max_rows", max_rows)
         values = values.to(self.logits.device, self.logits.dtype)
         masks = masks.to(self.logits.device)
         out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
         with torch.no_grad():
             for t, rows, cache in self.groups:
                 b = len(rows)
-                per = max(1, max_rows // b)
+                per = units_per_forward(b, max_rows)
                 for s in range(0, len(layers), per):
                     chunk = list(range(s, min(s + per, len(layers))))
                     edits = {m: self._edit(m, chunk, layers, masks, values[:, rows], b) for m in {layers[u] for u in chunk}}

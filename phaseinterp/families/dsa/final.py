@@ -30,7 +30,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from phaseinterp.backends.incremental import final_run_inputs
-from phaseinterp.backends.prompts import shared_forward_rows
+from phaseinterp.backends.prompts import shared_forward_rows, units_per_forward
+from phaseinterp.checks import check_at_least_one
 from phaseinterp.families.dsa.indexer import _rope, visible
 from phaseinterp.units import check_layers
 
@@ -202,13 +203,12 @@ class DSAFinalRun:
             raise ValueError(f"{len(layers)} layers for {values.shape[0]} units of values and masks of shape "
                              f"{tuple(masks.shape)} (allowed: one layer, one [{self.n_heads}] head mask per unit)")
         check_layers(layers, len(self.layers))
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise ValueError(f"max_rows={max_rows!r} out of range: must be an integer >= 1")
+        check_at_least_one("max_rows", max_rows)
         values, masks = values.to(self.logits.device, self.logits.dtype), masks.to(self.logits.device)
         out = self.logits.new_empty(len(layers), len(self.query_pos), self.logits.shape[-1])
         with torch.no_grad():
             for (t, rows), prefix in zip(self.groups, self._prefix):
-                per = max(1, max_rows // len(rows))
+                per = units_per_forward(len(rows), max_rows)
                 for s in range(0, len(layers), per):
                     sl = slice(s, s + per)
                     out[sl, rows] = self._run_group(t, rows, prefix, layers[sl], masks[sl], values[sl][:, rows])

@@ -35,6 +35,7 @@ from phaseinterp.backends.base import Backend, Site
 from phaseinterp.backends.compression import Compression
 from phaseinterp.backends.incremental import FinalPositionRun
 from phaseinterp.backends.units import BackendConfig
+from phaseinterp.checks import check_at_least_one
 from phaseinterp.gates import gate_kind
 from phaseinterp.model import HookedCompressedTransformer
 from phaseinterp.model.compressor import window_starts
@@ -265,8 +266,7 @@ class HookedBackend(tl_hooks.OwnModelSweep, HookedNNsightBackend):
                   base_hooks: Sequence[tuple[str, Callable]] = ()) -> Float[Tensor, "unit batch vocab"]:
         if self._active:
             return super().run_units(tokens, query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
-        if max_rows < 1:
-            raise ValueError(f"max_rows={max_rows} is out of range: allowed >= 1")
+        check_at_least_one("max_rows", max_rows)
         return tl_hooks.run_units(self.model, tokens, query_pos, units, max_rows=max_rows, base_hooks=base_hooks)
 
     def capture(self, tokens: Int[Tensor, "batch pos"], names: Sequence[str],
