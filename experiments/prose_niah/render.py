@@ -21,6 +21,7 @@ import numpy as np
 
 from experiments.prose_niah.predictions import prediction_lines
 from experiments.prose_niah.run import HIGH, LOW, RESULTS, ROOT
+from experiments.prose_niah.survivors import survivor_lines
 from phaseinterp.measure.gap import heldout_text
 
 MARK = "<!-- results: rendered from assets/results/prose_niah/ by `python -m experiments.prose_niah.run render` -->"
@@ -185,6 +186,7 @@ def block() -> str:
     out += prediction_lines(rows, said, key)
     out += depth_lines(rows)
     out += evict_lines(rows)
+    out += survivor_lines(rows, superseded(rows), key, RESULTS)
     out += knockout_lines()
     out += kept_lines()
     pool = holm_pool(rows)

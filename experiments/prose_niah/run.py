@@ -155,11 +155,11 @@ anchor under evict-W8S8 (`grid --model smollm2 --length 4096 --n 32 --n-depths 8
 evict-W8S8`; the needle stays where it is, the question moves by 0..7 tokens). Prediction, as at 1,024 tokens: no
 effect of the question's phase.
 Stated while SmolLM2's evict0-W8S8 unit at 4,096 tokens (n32) ran, before its journal was read (its first 8
-prompts per residue are the n8 unit's, on the page), after reading the evict units already on the page (`experiments/prose_niah/survivors.py`): evict keeps the positions K
-mod 8, so a digit of the 4-token value survives at four residues (4-7 for K = 7, 0 and 5-7 for K = 0); at 1,024
-tokens those four were SmolLM2's four best residues under both offsets, and at 4,096 under K = 7. Prediction for
-evict0 at 4,096 tokens, n32: residues 0, 5, 6 and 7 score above the other four (the survivor gap's 95% interval,
-examples resampled, lies above 0).
+prompts per residue are the n8 unit's, on the page), after reading the evict units already on the page
+(`experiments/prose_niah/survivors.py`): evict keeps the positions K mod 8, so a digit of the 4-token value
+survives at four residues (4-7 for K = 7, 0 and 5-7 for K = 0); at 1,024 tokens those four were SmolLM2's four
+best residues under both offsets, and at 4,096 under K = 7. Prediction for evict0 at 4,096 tokens, n32: residues
+0, 5, 6 and 7 score above the other four (the survivor gap's 95% interval, examples resampled, lies above 0).
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
@@ -379,7 +379,7 @@ def choose_regime(rows: list[tuple[str, float]]) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("scan", "grid", "knockout", "kept", "render"))
+    p.add_argument("what", choices=("scan", "grid", "knockout", "kept", "survivors", "render"))
     p.add_argument("--model", choices=sorted(CANDIDATES), default="smollm2")
     p.add_argument("--length", type=int, default=1024)
     p.add_argument("--n", type=int, default=1, help="prompts per residue mod 8")
@@ -403,6 +403,11 @@ def main(argv: list[str] | None = None) -> None:
 
         write_pages()
         write_claims([])  # finding B8 reads the same unit files
+        return
+    if args.what == "survivors":  # the tokenizer alone
+        from experiments.prose_niah.survivors import write_survivors
+
+        write_survivors(args.model, args, RESULTS, MODULUS)
         return
     model, tok = load(args.model)
     if args.what == "scan":

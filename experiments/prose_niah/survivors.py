@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 N_BOOT = 10000
+#: the smallest unit (prompts per residue) the survivors table shows
+MIN_N = 8
 
 
 def surviving(kept: int, stride: int, value_len: int, modulus: int) -> list[int]:
@@ -75,3 +77,80 @@ def survivors_path(results: Path, model: str) -> Path:
 def read_survivors(results: Path, model: str) -> dict[str, Any] | None:
     path = survivors_path(results, model)
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_survivors(tok: str, args: Any, results: Path, modulus: int) -> dict[str, Any]:
+    """The needle's tokens of one prompt per residue, with their positions: which of them an evict rule keeps
+    follows from its kept offset (the renderer's table). Tokenizer only; written to `survivors_path`."""
+    from phaseinterp.measure.outputs import write_atomic
+    from phaseinterp.measure.provenance import versions
+    from phaseinterp.tasks import ProseNeedle
+
+    task = ProseNeedle(tok, seq_len=args.length, n_depths=args.n_depths)
+    batch = task.sample(1, modulus, seed=args.seed)
+    value_len = int((batch.answer_pos[0] >= 0).sum())
+    rows = []
+    for b in range(len(batch.tokens)):
+        k, v = int(batch.key_pos[b]), int(batch.value_pos[b])
+        ids = batch.tokens[b, k: v + value_len + 1].tolist()  # the key phrase, the value, the token after it
+        word = "digit" if value_len == task.value_digits else "value token"  # one token per digit, or not
+        names = [repr(task.text([t])) for t in ids[: v - k]] + [f"{word} {i + 1}" for i in range(value_len)]
+        rows.append({"residue": int(batch.residue[b]), "first_position": k, "value_offset": v - k,
+                     "tokens": names + [repr(task.text([ids[-1]]))]})
+    out = {"model": args.model, "length": args.length, "modulus": modulus, "seed": args.seed, "value_len": value_len,
+           "task": task.card(), "rows": rows,
+           "command": "python -m experiments.prose_niah.run " + " ".join(args.argv), "versions": versions()}
+    path = survivors_path(results, args.model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def kept_tokens(row: dict[str, Any], kept: int, stride: int) -> list[str]:
+    """The needle tokens of a survivors row at positions `kept` mod `stride`.
+
+    Example:
+        >>> kept_tokens({"first_position": 14, "tokens": ["'a'", "'b'", "digit 1", "digit 2", "'.'"]}, 7, 8)
+        ["'b'"]
+    """
+    return [t for i, t in enumerate(row["tokens"]) if (row["first_position"] + i) % stride == kept]
+
+
+def survivor_lines(rows: list[dict[str, Any]], gone: dict[str, int], key, results: Path) -> list[str]:
+    """Per model with a survivors file: a table of the needle tokens each evict offset keeps at each residue beside
+    the accuracy of its evict units (value anchor, each setting's largest unit, at least `MIN_N` prompts per
+    residue), and each unit's survivor gap."""
+    out = []
+    for model in sorted({u["model"] for u in rows}):
+        found = read_survivors(results, model)
+        mine = [u for u in rows if u["model"] == model and u["anchor"] == "value" and key(u) not in gone
+                and u["n_per_residue"] >= MIN_N and (u.get("compression") or {}).get("rule") == "evict"]
+        if found is None or not mine:
+            continue
+        mine.sort(key=lambda u: (kept_offset(u["compression"]), u["length"]))
+        offsets = sorted({kept_offset(u["compression"]) for u in mine})
+        stride = mine[0]["compression"]["stride"]
+        head = ["residue"]
+        for k in offsets:
+            head += [f"offset {k} keeps"] + [f"{u['setting']} T{u['length']} n{u['n_per_residue']}" for u in mine
+                                             if kept_offset(u["compression"]) == k]
+        table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r, row in enumerate(found["rows"]):
+            cells = [str(row["residue"])]
+            for k in offsets:
+                cells.append(", ".join(kept_tokens(row, k, stride)) or "-")
+                cells += [f"{u['curve']['accuracy'][r]:.2f}" for u in mine if kept_offset(u["compression"]) == k]
+            table.append("| " + " | ".join(cells) + " |")
+        gaps = []
+        for u in mine:
+            gap, lo, hi = survivor_gap(u, found["value_len"])
+            where = surviving(kept_offset(u["compression"]), stride, found["value_len"], u["curve"]["modulus"])
+            gaps.append(f"- {key(u)}: {gap:+.1f} pp [{lo:+.1f}, {hi:+.1f}] (residues {', '.join(map(str, where))} "
+                        "against the other four)")
+        source = survivors_path(results, model).relative_to(results.parents[2])
+        out += [f"**Which needle tokens survive evict, by residue** ({model}; the needle's tokens from `{source}`, one "
+                f"prompt per residue; evict keeps the positions K mod {stride}; units of at least {MIN_N} prompts per "
+                "residue). The survivor gap: accuracy where a value token survives minus accuracy at the other residues, "
+                f"per example, 95% interval over {N_BOOT} resampled examples. Read after these units' results, except "
+                "where a prediction above names the unit.", "", *table, "", *gaps, ""]
+    return out

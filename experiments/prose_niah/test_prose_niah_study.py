@@ -193,3 +193,30 @@ def test_each_stated_prediction_is_judged_by_its_units_reading():
                    ("chunk-S8k2-static", "held"),  # the k1 unit is the glob's `unless`
                    ("token-S8k2-static", "cannot tell: at floor at every residue: cannot show a phase effect"),
                    ("mean-W8S8", "held"), ("not run yet", "cannot tell: not run yet")]
+
+
+def test_survivors_name_the_needle_tokens_the_evict_grid_keeps(tokenizer_dir, haystack, tmp_path, monkeypatch):  # noqa: F811
+    from experiments.prose_niah import survivors
+    from phaseinterp.tasks import ProseNeedle
+
+    monkeypatch.setattr("phaseinterp.tasks.ProseNeedle", lambda tok, **kw: ProseNeedle(tok, haystack_dir=str(haystack), **kw))
+    args = SimpleNamespace(model="tiny", length=160, n_depths=2, seed=0, argv=["survivors"])
+    found = survivors.write_survivors(str(tokenizer_dir), args, tmp_path, 8)
+    assert json.loads(survivors.survivors_path(tmp_path, "tiny").read_text())["rows"] == found["rows"]
+    L = found["value_len"]
+    assert [r["residue"] for r in found["rows"]] == list(range(8))
+    for row in found["rows"]:
+        value = row["tokens"][row["value_offset"]: row["value_offset"] + L]
+        assert (row["first_position"] + row["value_offset"]) % 8 == row["residue"] and len(row["tokens"]) == row["value_offset"] + L + 1
+        for k in (7, 0):  # the batch's positions and the residue arithmetic agree on where a value token survives
+            assert bool(set(survivors.kept_tokens(row, k, 8)) & set(value)) == (row["residue"] in survivors.surviving(k, 8, L, 8))
+    rng = np.random.default_rng(0)
+    unit = {"model": "tiny", "anchor": "value", "setting": "evict-W8S8", "length": 160, "n_per_residue": 8,
+            "compression": {"rule": "evict", "window": 8, "stride": 8, "offset": None},
+            "curve": {"modulus": 8, "correct": rng.random(64).round().tolist(), "residue": list(range(8)) * 8,
+                      "example_id": np.repeat(np.arange(8), 8).tolist(), "accuracy": [0.5] * 8}}
+    lines = survivors.survivor_lines([unit], {}, lambda u: "tiny unit", tmp_path)
+    gap, lo, hi = survivors.survivor_gap(unit, L)
+    assert f"- tiny unit: {gap:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in "\n".join(lines) and lo <= gap <= hi
+    assert sum(line.startswith("| ") for line in lines) == 1 + 8  # the header and one row per residue
+    assert survivors.survivor_lines([{**unit, "n_per_residue": 4}], {}, lambda u: "tiny unit", tmp_path) == []
