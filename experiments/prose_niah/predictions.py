@@ -101,6 +101,10 @@ PREDICTIONS = (
                flat, length=4096),
     Prediction("smollm2", "value", "evict0-W8S8", 32, "residues 0, 5, 6 and 7 (a value digit survives) score above "
                "the other four: survivor gap interval above 0", gap_above_zero(4), length=4096),
+    Prediction("smollm2", "value", "score-W8S8", 32, "weak phases at 4,096 tokens, as at 1,024 (as for n8)", weak,
+               length=4096),
+    Prediction("gemma3-270m", "value", "mean-W8S8", 32, "no phase effect at 4,096 tokens, as at 1,024", flat,
+               length=4096),
     Prediction("smollm2", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     Prediction("gemma3-270m", "value", "token-S8k*-static", 32, "no phase effect (token selection: no grid)", flat),
     *(Prediction(model, "value", "chunk-S8k*-static", 32, "weak phases at the token press's budget",

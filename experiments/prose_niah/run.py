@@ -160,6 +160,11 @@ prompts per residue are the n8 unit's, on the page), after reading the evict uni
 survives at four residues (4-7 for K = 7, 0 and 5-7 for K = 0); at 1,024 tokens those four were SmolLM2's four
 best residues under both offsets, and at 4,096 under K = 7. Prediction for evict0 at 4,096 tokens, n32: residues
 0, 5, 6 and 7 score above the other four (the survivor gap's 95% interval, examples resampled, lies above 0).
+Stated before they ran (eighth session), queued behind the two units above: SmolLM2's score-W8S8 at 4,096 tokens
+grows to n32 (`grid --model smollm2 --length 4096 --n 32 --n-depths 8 --settings score-W8S8`; prediction, as stated
+for n8, which did not hold: weak phases, as at 1,024 tokens) and Gemma 3 270M's mean-W8S8 at 4,096 tokens, n32
+(`grid --model gemma3-270m --length 4096 --n 32 --n-depths 8 --settings mean-W8S8`, its 1k regime; prediction: no
+phase effect, as at 1,024 tokens).
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
