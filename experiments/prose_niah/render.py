@@ -21,7 +21,7 @@ import numpy as np
 
 from experiments.prose_niah.predictions import prediction_lines
 from experiments.prose_niah.run import HIGH, LOW, RESULTS, ROOT
-from experiments.prose_niah.survivors import survivor_lines
+from experiments.prose_niah.survivors import kept_offset, survivor_lines
 from phaseinterp.measure.gap import heldout_text
 
 MARK = "<!-- results: rendered from assets/results/prose_niah/ by `python -m experiments.prose_niah.run render` -->"
@@ -230,7 +230,7 @@ def evict_lines(rows: list[dict[str, Any]]) -> list[str]:
         c = u["compression"] or {}
         if c.get("rule") != "evict":
             continue
-        offset = c["window"] - 1 if c.get("offset") is None else c["offset"]
+        offset = kept_offset(c)
         acc = np.array([np.nan if a is None else a for a in u["curve"]["accuracy"]], dtype=float)
         best = int(np.nanargmax(acc))
         rest = np.delete(acc, best)

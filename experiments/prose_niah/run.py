@@ -3,6 +3,8 @@ chunked compression and selection presses, by phase of the needle and of the que
 
     python -m experiments.prose_niah.run scan --model smollm2              # 1. the regime (below)
     python -m experiments.prose_niah.run grid --model smollm2 --settings none mean-W8S8 ...
+    python -m experiments.prose_niah.run kept --model smollm2 ...            # what a static chunk press keeps (kept.py)
+    python -m experiments.prose_niah.run survivors --model smollm2          # the needle tokens evict keeps (survivors.py)
     python -m experiments.prose_niah.run render                            # README + docs page from the files, and finding B8 of the claims page
 
 The regime rule, stated before any run. "Compress every layer" scores 0% at every residue (SmolLM2,

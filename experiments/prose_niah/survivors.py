@@ -35,9 +35,9 @@ def surviving(kept: int, stride: int, value_len: int, modulus: int) -> list[int]
 
 
 def kept_offset(compression: dict[str, Any]) -> int:
-    """The position an evict unit keeps in each window, mod its stride."""
-    offset = compression["window"] - 1 if compression.get("offset") is None else compression["offset"]
-    return offset % compression["stride"]
+    """The position an evict unit keeps in each window (its last, W - 1, unless the rule names another); windows
+    start every S tokens, so the kept positions are this offset mod S."""
+    return compression["window"] - 1 if compression.get("offset") is None else compression["offset"]
 
 
 def survivor_gap(unit: dict[str, Any], value_len: int, *, n_boot: int = N_BOOT, seed: int = 0
@@ -113,7 +113,7 @@ def kept_tokens(row: dict[str, Any], kept: int, stride: int) -> list[str]:
         >>> kept_tokens({"first_position": 14, "tokens": ["'a'", "'b'", "digit 1", "digit 2", "'.'"]}, 7, 8)
         ["'b'"]
     """
-    return [t for i, t in enumerate(row["tokens"]) if (row["first_position"] + i) % stride == kept]
+    return [t for i, t in enumerate(row["tokens"]) if (row["first_position"] + i - kept) % stride == 0]
 
 
 def survivor_lines(rows: list[dict[str, Any]], gone: dict[str, int], key, results: Path) -> list[str]:
@@ -127,19 +127,20 @@ def survivor_lines(rows: list[dict[str, Any]], gone: dict[str, int], key, result
                 and u["n_per_residue"] >= MIN_N and (u.get("compression") or {}).get("rule") == "evict"]
         if found is None or not mine:
             continue
-        mine.sort(key=lambda u: (kept_offset(u["compression"]), u["length"]))
-        offsets = sorted({kept_offset(u["compression"]) for u in mine})
         stride = mine[0]["compression"]["stride"]
+        mine = [u for u in mine if u["compression"]["stride"] == stride]
+        mine.sort(key=lambda u: (kept_offset(u["compression"]) % stride, u["length"]))
+        offsets = sorted({kept_offset(u["compression"]) % stride for u in mine})
         head = ["residue"]
         for k in offsets:
             head += [f"offset {k} keeps"] + [f"{u['setting']} T{u['length']} n{u['n_per_residue']}" for u in mine
-                                             if kept_offset(u["compression"]) == k]
+                                             if kept_offset(u["compression"]) % stride == k]
         table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r, row in enumerate(found["rows"]):
             cells = [str(row["residue"])]
             for k in offsets:
                 cells.append(", ".join(kept_tokens(row, k, stride)) or "-")
-                cells += [f"{u['curve']['accuracy'][r]:.2f}" for u in mine if kept_offset(u["compression"]) == k]
+                cells += [f"{u['curve']['accuracy'][r]:.2f}" for u in mine if kept_offset(u["compression"]) % stride == k]
             table.append("| " + " | ".join(cells) + " |")
         gaps = []
         for u in mine:
