@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from experiments.prose_niah.predictions import prediction_lines
+from experiments.prose_niah.rescue import rescue_lines
 from experiments.prose_niah.run import HIGH, LOW, RESULTS, ROOT
 from experiments.prose_niah.survivors import kept_offset, survivor_lines
 from phaseinterp.measure.gap import heldout_text
@@ -189,6 +190,7 @@ def block() -> str:
     out += survivor_lines(rows, superseded(rows), key, RESULTS)
     out += knockout_lines()
     out += kept_lines()
+    out += rescue_lines(RESULTS)
     pool = holm_pool(rows)
     weak = [k for k, v in said.items() if v.startswith("weak")]
     result = (f"**Result.** Across {len(pool)} compressed unit(s) that can show a phase effect (neither floor nor "

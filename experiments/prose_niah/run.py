@@ -5,6 +5,7 @@ chunked compression and selection presses, by phase of the needle and of the que
     python -m experiments.prose_niah.run grid --model smollm2 --settings none mean-W8S8 ...
     python -m experiments.prose_niah.run kept --model smollm2 ...            # what a static chunk press keeps (kept.py)
     python -m experiments.prose_niah.run survivors --model smollm2          # the needle tokens evict keeps (survivors.py)
+    python -m experiments.prose_niah.run rescue --model smollm2 ...          # evict keeping a chosen needle token (rescue.py)
     python -m experiments.prose_niah.run render                            # README + docs page from the files, and finding B8 of the claims page
 
 The regime rule, stated before any run. "Compress every layer" scores 0% at every residue (SmolLM2,
@@ -167,6 +168,15 @@ grows to n32 (`grid --model smollm2 --length 4096 --n 32 --n-depths 8 --settings
 for n8, which did not hold: weak phases, as at 1,024 tokens) and Gemma 3 270M's mean-W8S8 at 4,096 tokens, n32
 (`grid --model gemma3-270m --length 4096 --n 32 --n-depths 8 --settings mean-W8S8`, its 1k regime; prediction: no
 phase effect, as at 1,024 tokens).
+
+Rescue by one kept token (`experiments/prose_niah/rescue.py`), stated before any rescue unit ran, after the
+survivors table was read: under evict-W8S8 at 1,024 tokens every compressed layer and KV head keeps a chosen
+needle token in its window instead of the evict offset (same budget). SmolLM2 (`rescue --model smollm2 --n 8
+--settings evict-W8S8 --shifts 0 -2`): keeping the value's first digit (shift 0) rescues retrieval, its gain over
+the residues where evict keeps another token having a 95% interval above 0; keeping " is" (shift -2) does not
+(its interval reaches 0 or below). Gemma 3 270M (`rescue --model gemma3-270m --n 8 --settings evict-W8S8 --shifts
+0 -2`), whose best residue keeps " is" and whose survivor gap is not above 0: the reverse, keeping " is" gains
+(interval above 0) and keeping the first digit does not.
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal
@@ -386,7 +396,7 @@ def choose_regime(rows: list[tuple[str, float]]) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("scan", "grid", "knockout", "kept", "survivors", "render"))
+    p.add_argument("what", choices=("scan", "grid", "knockout", "kept", "rescue", "survivors", "render"))
     p.add_argument("--model", choices=sorted(CANDIDATES), default="smollm2")
     p.add_argument("--length", type=int, default=1024)
     p.add_argument("--n", type=int, default=1, help="prompts per residue mod 8")
@@ -398,6 +408,8 @@ def main(argv: list[str] | None = None) -> None:
                    "CANDIDATES of the model)")
     p.add_argument("--regime", default=SCAN, help=f"grid, knockout: whose scan picks the layers (default {SCAN})")
     p.add_argument("--anchor", choices=("value", "question"), default="value")
+    p.add_argument("--shifts", type=int, nargs="+", default=[0], help="rescue: the kept needle tokens, by offset from "
+                   "the value's first token")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--n-perm", type=int, default=1000)
@@ -437,6 +449,11 @@ def main(argv: list[str] | None = None) -> None:
 
             args.modulus = MODULUS
             kept_unit(model, tok, args, name, layers, RESULTS, setting, layers_of)
+        elif args.what == "rescue":
+            from experiments.prose_niah.rescue import rescue_unit
+
+            args.modulus = MODULUS
+            rescue_unit(model, tok, args, name, layers, RESULTS, setting, layers_of)
         elif args.what == "knockout":
             run_knockout(model, tok, args, name, layers)
         else:

@@ -220,3 +220,42 @@ def test_survivors_name_the_needle_tokens_the_evict_grid_keeps(tokenizer_dir, ha
     assert f"- tiny unit: {gap:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in "\n".join(lines) and lo <= gap <= hi
     assert sum(line.startswith("| ") for line in lines) == 1 + 8  # the header and one row per residue
     assert survivors.survivor_lines([{**unit, "n_per_residue": 4}], {}, lambda u: "tiny unit", tmp_path) == []
+
+
+def test_rescue_moves_one_window_choice_and_renders_its_gain(llama_dir, tokenizer_dir, haystack, tmp_path,  # noqa: F811
+                                                            monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    from experiments.prose_niah import rescue
+    from phaseinterp.backends.kv_compression import KVCompression, compressed_layers
+    from phaseinterp.backends.presses import apply_attention
+    from phaseinterp.tasks import ProseNeedle
+
+    monkeypatch.setattr(run, "LOCAL", 4)
+    monkeypatch.setattr(run, "SINK", 1)
+    monkeypatch.setattr("phaseinterp.tasks.ProseNeedle", lambda tok, **kw: ProseNeedle(tok, haystack_dir=str(haystack), **kw))
+    model = LlamaForCausalLM.from_pretrained(llama_dir).eval()
+    args = SimpleNamespace(model="tiny", length=160, n=2, n_depths=2, seed=0, modulus=4, shifts=[0, -1], argv=["rescue"])
+    out = rescue.rescue_unit(model, str(tokenizer_dir), args, "evict-W4S4", "0-1", tmp_path, run.setting, run.layers_of)
+    assert len(out["rows"]) == 8 and {"natural", "shift0", "shift-1"} <= set(out["rows"][0])
+    assert not compressed_layers(model)  # the model is given back uncompressed
+    batch = ProseNeedle(str(tokenizer_dir), seq_len=160, n_depths=2).sample(2, 4, seed=0)
+    apply_attention(model, KVCompression(4, 4, "evict", local=4, sink=1, layers=(0, 1)))
+    try:
+        attns = compressed_layers(model)
+        for b in range(len(batch.tokens)):
+            tokens, v = batch.tokens[b], int(batch.value_pos[b])
+            natural = rescue._forward(model, attns, tokens, None, 4)
+            same = rescue._forward(model, attns, tokens, v + (3 - v) % 4, 4)  # the token evict keeps anyway
+            moved = rescue._forward(model, attns, tokens, v if v % 4 != 3 else v - 1, 4)
+            assert torch.equal(same, natural)  # an edit to the kept token changes nothing
+            assert not torch.allclose(moved[v + 1:], natural[v + 1:])  # another token: later positions change
+            assert torch.equal(moved[: (v // 4) * 4 + 3], natural[: (v // 4) * 4 + 3])  # nothing before the window completes
+    finally:
+        apply_attention(model, None)
+    assert json.loads(rescue.rescue_path(tmp_path, "tiny", 160, "evict-W4S4", "0-1", 2).read_text())["rows"] == out["rows"]
+    (tmp_path / "results" / "prose" / "tiny").mkdir(parents=True)
+    rescue.rescue_path(tmp_path / "results" / "prose", "tiny", 160, "evict-W4S4", "0-1", 2).write_text(json.dumps(out))
+    lines = "\n".join(rescue.rescue_lines(tmp_path / "results" / "prose"))
+    g, lo, hi = rescue.gain(out["rows"], -1, [r for r in range(4) if (r - 1 - 3) % 4 != 0])
+    assert f"keep value-1 (the token at offset -1 from the value's first): {g:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in lines
