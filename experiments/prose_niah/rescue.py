@@ -24,6 +24,9 @@ import torch
 from experiments.prose_niah.survivors import kept_offset
 
 N_BOOT = 10000
+#: the predictions stated before the rescue units ran (experiments/prose_niah/run.py): by model and shift, whether
+#: keeping that token gains (95% interval above 0) or not (the interval reaches 0 or below)
+PREDICTED = {"smollm2": {0: True, -2: False}, "gemma3-270m": {0: False, -2: True}}
 
 
 def rescue_path(results: Path, model: str, length: int, name: str, layers: str, n: int) -> Path:
@@ -140,9 +143,12 @@ def rescue_lines(results: Path) -> list[str]:
         for s in r["shifts"]:
             moved = [res for res in range(R) if (res + s - K) % S != 0]  # residues where the edit changes the window's choice
             g, lo, hi = gain(r["rows"], s, moved)
+            said = PREDICTED.get(r["model"], {}).get(s)
+            verdict = ("" if said is None else f" Predicted: {'a gain' if said else 'no gain'}; "
+                       f"{'held' if (lo > 0) == said else 'did not hold'}.")
             gains.append(f"- keep value{s:+d} (the token at offset {s} from the value's first): {g:+.1f} pp "
                          f"[{lo:+.1f}, {hi:+.1f}] over the residues where evict keeps another token "
-                         f"({', '.join(map(str, moved))}).")
+                         f"({', '.join(map(str, moved))}).{verdict}")
         out += [f"**Rescue by one kept token**, {r['model']}, {r['setting']} (layers {r['layers']}), {r['length']} tokens, "
                 f"{r['n_per_residue']} prompts per residue (`{f.relative_to(results.parents[2])}`): every compressed layer "
                 "and KV head keeps the named needle token in its window instead of the evict offset (same budget). "

@@ -259,3 +259,9 @@ def test_rescue_moves_one_window_choice_and_renders_its_gain(llama_dir, tokenize
     lines = "\n".join(rescue.rescue_lines(tmp_path / "results" / "prose"))
     g, lo, hi = rescue.gain(out["rows"], -1, [r for r in range(4) if (r - 1 - 3) % 4 != 0])
     assert f"keep value-1 (the token at offset -1 from the value's first): {g:+.1f} pp [{lo:+.1f}, {hi:+.1f}]" in lines
+    assert "Predicted" not in lines  # no prediction was stated for this model
+    rescue.rescue_path(tmp_path / "results" / "prose", "tiny", 160, "evict-W4S4", "0-1", 2).write_text(
+        json.dumps({**out, "model": "smollm2"}))
+    lo = rescue.gain(out["rows"], 0, [r for r in range(4) if (r - 3) % 4 != 0])[1]
+    lines = "\n".join(rescue.rescue_lines(tmp_path / "results" / "prose"))
+    assert f"Predicted: a gain; {'held' if lo > 0 else 'did not hold'}." in lines  # SmolLM2's stated prediction for shift 0
