@@ -12,6 +12,7 @@ from typing import Any
 from experiments.claims.claim_checks import Claim
 from experiments.claims.claim_units import n_of
 from experiments.prose_niah.render import candidates, holm_pool, informative, key, regime_state, verdicts
+from experiments.prose_niah.rescue import gain, moved_residues
 
 #: rules that keep some positions of a fixed grid and drop the rest (eviction, chunk selection), by setting prefix
 KEEPERS = ("evict", "chunk")
@@ -80,7 +81,18 @@ def prose(data: dict) -> Claim:
                       + (", ".join(f"{key(u)}: {regime_state(u)}" for u in bounded) or "none") + "); "
                       f"{len(set_aside)} without power (" + ("; ".join(f"{key(u)}: {said[key(u)]}" for u in set_aside)
                                                              or "none") + ").")
+    c.findings += [rescue_finding(r) for r in data.get("prose_rescue", [])]
     c.seeds.append("pretrained models (no training seeds); prompts resampled by cluster bootstrap within a unit")
     c.verdict = ("holds" if keeping and all(map(weak, keeping)) and not c.exceptions else
                  "holds with exceptions" if any(map(weak, keeping)) else "does not hold")
     return c
+
+
+def rescue_finding(r: dict[str, Any]) -> str:
+    """One rescue file as a finding: the gain of keeping each named needle token where evict keeps another."""
+    parts = []
+    for s in r["shifts"]:
+        g, lo, hi = gain(r["rows"], s, moved_residues(r, s))
+        parts.append(f"keeping the token at offset {s} from the value's first, {g:+.1f} pp [{lo:+.1f}, {hi:+.1f}]")
+    return (f"Rescue ({r['model']} T{r['length']} {r['setting']} L{r['layers']} n{r['n_per_residue']}; every compressed "
+            f"layer keeps one chosen needle token in its window, same budget): " + "; ".join(parts) + ".")

@@ -87,6 +87,8 @@ def load_inputs(root: Path | None = None) -> dict:
     data["prose_niah"] = ([json.loads(p.read_text()) for p in sorted(prose_dir.glob("*/T*.json"))]
                           if prose_dir is not None and prose_dir.is_dir() else None)
     data["_paths"]["prose_niah"] = PROSE_UNITS.removeprefix("results/") + "/"
+    data["prose_rescue"] = ([json.loads(p.read_text()) for p in sorted(prose_dir.glob("*/rescue-*.json"))]
+                            if prose_dir is not None and prose_dir.is_dir() else [])
     data["mitigation_curves"] = ({p.stem: json.loads(p.read_text()) for p in sorted(curves.glob("*.json"))}
                                  if curves is not None and curves.is_dir() else {})
     return data

@@ -126,13 +126,20 @@ def gain(rows: list[dict[str, Any]], shift: int, residues: list[int], *, n_boot:
     return round(100 * float(diff.mean()), 2), round(100 * float(lo), 2), round(100 * float(hi), 2)
 
 
+def moved_residues(r: dict[str, Any], shift: int) -> list[int]:
+    """The residues where keeping the token at `shift` changes the choice of its window (elsewhere evict keeps it
+    anyway)."""
+    S, K = r["compression"]["stride"], kept_offset(r["compression"])
+    return [res for res in range(r["modulus"]) if (res + shift - K) % S != 0]
+
+
 def rescue_lines(results: Path) -> list[str]:
     """One table per rescue file: natural and edited accuracy by residue, and each edit's gain over all residues
     and over those where the edit changes the kept token."""
     out = []
     for f in sorted(results.glob("*/rescue-*.json")):
         r = json.loads(f.read_text())
-        R, S, K = r["modulus"], r["compression"]["stride"], kept_offset(r["compression"])
+        R = r["modulus"]
         head = ["residue", "natural", *[f"keep value{s:+d}" for s in r["shifts"]]]
         table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for res in range(R):
@@ -141,7 +148,7 @@ def rescue_lines(results: Path) -> list[str]:
                                                          ["natural", *[f"shift{s}" for s in r["shifts"]]]]]) + " |")
         gains = []
         for s in r["shifts"]:
-            moved = [res for res in range(R) if (res + s - K) % S != 0]  # residues where the edit changes the window's choice
+            moved = moved_residues(r, s)
             g, lo, hi = gain(r["rows"], s, moved)
             said = PREDICTED.get(r["model"], {}).get(s)
             verdict = ("" if said is None else f" Predicted: {'a gain' if said else 'no gain'}; "
