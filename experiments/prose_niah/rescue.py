@@ -133,6 +133,20 @@ def moved_residues(r: dict[str, Any], shift: int) -> list[int]:
     return [res for res in range(r["modulus"]) if (res + shift - K) % S != 0]
 
 
+def agreement(r: dict[str, Any], results: Path) -> str:
+    """How the natural forwards compare with the grid unit of the same setting (its largest, whose first examples
+    are these prompts): a check of the rescue path against the sweep's."""
+    units = sorted(results.glob(f"{r['model']}/T{r['length']}-value-{r['setting']}-L{r['layers']}-n*.json"),
+                   key=lambda f: int(f.stem.rsplit("-n", 1)[1]))
+    if not units:
+        return ""
+    c = json.loads(units[-1].read_text())["curve"]
+    grid = {(e, res): bool(x) for e, res, x in zip(c["example_id"], c["residue"], c["correct"])}
+    shared = [x for x in r["rows"] if (x["example_id"], x["residue"]) in grid]
+    same = sum(grid[x["example_id"], x["residue"]] == x["natural"] for x in shared)
+    return f" The natural forwards agree with `{units[-1].name}` on {same} of {len(shared)} prompts."
+
+
 def rescue_lines(results: Path) -> list[str]:
     """One table per rescue file: natural and edited accuracy by residue, and each edit's gain over all residues
     and over those where the edit changes the kept token."""
@@ -159,6 +173,7 @@ def rescue_lines(results: Path) -> list[str]:
         out += [f"**Rescue by one kept token**, {r['model']}, {r['setting']} (layers {r['layers']}), {r['length']} tokens, "
                 f"{r['n_per_residue']} prompts per residue (`{f.relative_to(results.parents[2])}`): every compressed layer "
                 "and KV head keeps the named needle token in its window instead of the evict offset (same budget). "
-                f"Gains: edited minus natural accuracy, per example, 95% interval over {N_BOOT} resampled examples.", "",
+                f"Gains: edited minus natural accuracy, per example, 95% interval over {N_BOOT} resampled examples."
+                + agreement(r, results), "",
                 *table, "", *gains, ""]
     return out

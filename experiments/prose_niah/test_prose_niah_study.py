@@ -265,3 +265,9 @@ def test_rescue_moves_one_window_choice_and_renders_its_gain(llama_dir, tokenize
     lo = rescue.gain(out["rows"], 0, [r for r in range(4) if (r - 3) % 4 != 0])[1]
     lines = "\n".join(rescue.rescue_lines(tmp_path / "results" / "prose"))
     assert f"Predicted: a gain; {'held' if lo > 0 else 'did not hold'}." in lines  # SmolLM2's stated prediction for shift 0
+    rows = out["rows"]
+    curve = {"example_id": [x["example_id"] for x in rows], "residue": [x["residue"] for x in rows],
+             "correct": [not x["natural"] if i == 0 else x["natural"] for i, x in enumerate(rows)]}
+    assert rescue.agreement(out, tmp_path / "results" / "prose") == ""  # no grid unit to compare with
+    (tmp_path / "results" / "prose" / "tiny" / "T160-value-evict-W4S4-L0-1-n2.json").write_text(json.dumps({"curve": curve}))
+    assert rescue.agreement(out, tmp_path / "results" / "prose").endswith("on 7 of 8 prompts.")  # one row flipped
