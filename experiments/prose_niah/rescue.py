@@ -25,7 +25,7 @@ from experiments.prose_niah.survivors import kept_offset
 
 N_BOOT = 10000
 #: the predictions stated before the rescue units ran (experiments/prose_niah/run.py): by model and shift, whether
-#: keeping that token gains (95% interval above 0) or not (the interval reaches 0 or below)
+#: keeping that token gains (95% interval above 0) or not (the interval reaches 0 or below), at every length
 PREDICTED = {"smollm2": {0: True, -2: False}, "gemma3-270m": {0: False, -2: True}}
 
 
