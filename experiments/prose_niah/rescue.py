@@ -49,26 +49,36 @@ def keep_token(gate: torch.Tensor, position: int, stride: int) -> torch.Tensor:
     return gate
 
 
-def _forward(model, attns: dict, tokens: torch.Tensor, position: int | None, stride: int) -> torch.Tensor:
-    """Logits [pos, vocab] of one prompt, the window of `position` keeping it in every compressed layer (None:
-    no edit)."""
+def _forward(model, attns: dict, tokens: torch.Tensor, position: int | None, stride: int, keep: int = 0
+             ) -> torch.Tensor:
+    """Logits [pos, vocab] of one prompt (its last `keep` positions; 0: all), the window of `position` keeping it
+    in every compressed layer (None: no edit)."""
     if position is not None:
         for attn in attns.values():
             for branch in (attn.compress_k, attn.compress_v):
                 branch.hook_gate.add_hook(lambda gate, hook: keep_token(gate, position, stride))
     try:
         with torch.no_grad():
-            return model(tokens[None], use_cache=False).logits[0]
+            return model(tokens[None], use_cache=False, logits_to_keep=keep).logits[0]
     finally:
         for attn in attns.values():
             attn.compress_k.hook_gate.remove_hooks()
             attn.compress_v.hook_gate.remove_hooks()
 
 
+def _correct(model, attns: dict, tokens: torch.Tensor, answer_pos: torch.Tensor, position: int | None, stride: int
+             ) -> bool:
+    """Every answer token the argmax, teacher-forced; logits only from the first answer position on (a 4k prompt's
+    full logits over Gemma 3's 262k-token vocabulary would take 4 GB)."""
+    pos = answer_pos[answer_pos >= 0]
+    first = int(pos.min())
+    logits = _forward(model, attns, tokens, position, stride, keep=len(tokens) - first)
+    return bool((logits[pos - first].argmax(-1) == tokens[pos + 1]).all())
+
+
 def rescue_unit(model, tok, args, name: str, layers: str, results: Path, setting, layers_of) -> dict[str, Any]:
     """Natural and edited forwards of every prompt (module docstring), written to its file (read back when it
     exists)."""
-    from experiments.prose_niah.kept import score
     from phaseinterp.backends.kv_compression import KVCompression, compressed_layers
     from phaseinterp.backends.presses import apply_attention
     from phaseinterp.measure.outputs import write_atomic
@@ -90,10 +100,9 @@ def rescue_unit(model, tok, args, name: str, layers: str, results: Path, setting
         for b in range(len(batch.tokens)):
             tokens, v = batch.tokens[b], int(batch.value_pos[b])
             row = {"residue": int(batch.residue[b]), "example_id": int(batch.example_id[b]), "value_pos": v,
-                   "natural": score(_forward(model, attns, tokens, None, spec.stride), tokens, batch.answer_pos[b])[0]}
+                   "natural": _correct(model, attns, tokens, batch.answer_pos[b], None, spec.stride)}
             for shift in args.shifts:
-                row[f"shift{shift}"] = score(_forward(model, attns, tokens, v + shift, spec.stride), tokens,
-                                             batch.answer_pos[b])[0]
+                row[f"shift{shift}"] = _correct(model, attns, tokens, batch.answer_pos[b], v + shift, spec.stride)
             rows.append(row)
             print(f"rescue {b + 1}/{len(batch.tokens)}: {row}", flush=True)
     finally:

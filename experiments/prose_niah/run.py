@@ -180,7 +180,9 @@ the residues where evict keeps another token having a 95% interval above 0; keep
 Stated after both 1,024-token rescue units were read (both predictions held), before it ran: Gemma 3 270M's rescue
 at 4,096 tokens (`rescue --model gemma3-270m --length 4096 --n 8 --n-depths 8 --settings evict-W8S8 --shifts 0 -2`),
 where its survivor gap is below 0 and its best residue again keeps " is". Prediction, as at 1,024 tokens: keeping
-" is" gains (interval above 0), keeping the first digit does not.
+" is" gains (interval above 0), keeping the first digit does not. (A change of how, not what, before it ran: the
+rescue forwards now compute logits only from the first answer position on, the same correctness as the full logits
+the 1,024-token units used, tested; a 4k prompt's full logits over Gemma's vocabulary would take 4 GB.)
 
 Every unit (model, length, anchor, setting) is one file under assets/results/prose_niah/, written once
 it is finished (a unit already there is skipped: the queue resumes; within a unit `phase_sweep`'s journal

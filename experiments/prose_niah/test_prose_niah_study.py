@@ -247,10 +247,16 @@ def test_rescue_moves_one_window_choice_and_renders_its_gain(llama_dir, tokenize
             tokens, v = batch.tokens[b], int(batch.value_pos[b])
             natural = rescue._forward(model, attns, tokens, None, 4)
             same = rescue._forward(model, attns, tokens, v + (3 - v) % 4, 4)  # the token evict keeps anyway
-            moved = rescue._forward(model, attns, tokens, v if v % 4 != 3 else v - 1, 4)
+            other = v if v % 4 != 3 else v - 1
+            moved = rescue._forward(model, attns, tokens, other, 4)
             assert torch.equal(same, natural)  # an edit to the kept token changes nothing
             assert not torch.allclose(moved[v + 1:], natural[v + 1:])  # another token: later positions change
             assert torch.equal(moved[: (v // 4) * 4 + 3], natural[: (v // 4) * 4 + 3])  # nothing before the window completes
+            answer = batch.answer_pos[b]
+            tail = rescue._forward(model, attns, tokens, other, 4, keep=len(tokens) - int(answer[answer >= 0].min()))
+            torch.testing.assert_close(tail, moved[-len(tail):], atol=1e-5, rtol=1e-5)  # the last positions' logits only
+            pos = answer[answer >= 0]
+            assert rescue._correct(model, attns, tokens, answer, other, 4) == bool((moved[pos].argmax(-1) == tokens[pos + 1]).all())
     finally:
         apply_attention(model, None)
     assert json.loads(rescue.rescue_path(tmp_path, "tiny", 160, "evict-W4S4", "0-1", 2).read_text())["rows"] == out["rows"]
