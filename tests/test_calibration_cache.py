@@ -57,7 +57,7 @@ def test_hooked_models_are_not_cached_and_maps_agree_with_an_explicit_calibratio
 
 def test_long_prompts_calibrate_in_forwards_of_at_most_forward_tokens(monkeypatch):
     """`calibrate` bounds each forward by `FORWARD_TOKENS` as well as `max_rows`: the same head outputs."""
-    from phaseinterp.interventions import calibration
+    from phaseinterp.backends import prompts
 
     model, _, calib = _setup()
     whole = calibrate(model, calib)
@@ -67,7 +67,7 @@ def test_long_prompts_calibrate_in_forwards_of_at_most_forward_tokens(monkeypatc
     try:
         for budget, max_rows, chunks in ((2 * T + 1, None, [2, 2, 2, 2]), (3 * T, 2, [2, 2, 2, 2]), (T - 1, 5, [1] * 8)):
             rows_seen.clear()
-            monkeypatch.setattr(calibration, "FORWARD_TOKENS", budget)
+            monkeypatch.setattr(prompts, "FORWARD_TOKENS", budget)
             got = calibrate(model, calib, max_rows=max_rows)
             assert rows_seen == chunks, (budget, max_rows)
             torch.testing.assert_close(got.z, whole.z, atol=1e-6, rtol=1e-6)

@@ -74,16 +74,22 @@ def score(logits: torch.Tensor, tokens: torch.Tensor, answer_pos: torch.Tensor) 
     return bool((logits[pos].argmax(-1) == tokens[pos + 1]).all()), float(logp.sum())
 
 
-def _forward(model, attns: dict, tokens: torch.Tensor, hook_of) -> torch.Tensor:
-    """Logits [pos, vocab] of one prompt with `hook_of(layer)` on every pressed layer's `hook_keep`."""
-    for layer, attn in attns.items():
-        attn.hook_keep.add_hook(hook_of(layer))
+def hooked_logits(model, tokens: torch.Tensor, hooks: list[tuple[Any, Any]], keep: int = 0) -> torch.Tensor:
+    """Logits [pos, vocab] of one prompt (its last `keep` positions; 0: all) with each (hook point, fn) of `hooks`
+    added for the forward and removed after it, also on error."""
+    for point, fn in hooks:
+        point.add_hook(fn)
     try:
         with torch.no_grad():
-            return model(tokens[None], use_cache=False).logits[0]
+            return model(tokens[None], use_cache=False, logits_to_keep=keep).logits[0]
     finally:
-        for attn in attns.values():
-            attn.hook_keep.remove_hooks()
+        for point, _ in hooks:
+            point.remove_hooks()
+
+
+def _forward(model, attns: dict, tokens: torch.Tensor, hook_of) -> torch.Tensor:
+    """Logits [pos, vocab] of one prompt with `hook_of(layer)` on every pressed layer's `hook_keep`."""
+    return hooked_logits(model, tokens, [(attn.hook_keep, hook_of(layer)) for layer, attn in attns.items()])
 
 
 def _prompt(model, attns: dict, batch, b: int, P: int, S: int, candidate: torch.Tensor) -> dict[str, Any]:

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.prose_niah.survivors import kept_offset
+from experiments.prose_niah.kept import hooked_logits
+from experiments.prose_niah.survivors import N_BOOT, example_interval, kept_offset
 
-N_BOOT = 10000
 #: the predictions stated before the rescue units ran (experiments/prose_niah/run.py): by model and shift, whether
 #: keeping that token gains (95% interval above 0) or not (the interval reaches 0 or below), at every length
 PREDICTED = {"smollm2": {0: True, -2: False}, "gemma3-270m": {0: False, -2: True}}
@@ -53,17 +53,12 @@ def _forward(model, attns: dict, tokens: torch.Tensor, position: int | None, str
              ) -> torch.Tensor:
     """Logits [pos, vocab] of one prompt (its last `keep` positions; 0: all), the window of `position` keeping it
     in every compressed layer (None: no edit)."""
-    if position is not None:
-        for attn in attns.values():
-            for branch in (attn.compress_k, attn.compress_v):
-                branch.hook_gate.add_hook(lambda gate, hook: keep_token(gate, position, stride))
-    try:
-        with torch.no_grad():
-            return model(tokens[None], use_cache=False, logits_to_keep=keep).logits[0]
-    finally:
-        for attn in attns.values():
-            attn.compress_k.hook_gate.remove_hooks()
-            attn.compress_v.hook_gate.remove_hooks()
+    def edit(gate: torch.Tensor, hook) -> torch.Tensor:
+        return keep_token(gate, position, stride)
+
+    hooks = [] if position is None else [(branch.hook_gate, edit) for attn in attns.values()
+                                         for branch in (attn.compress_k, attn.compress_v)]
+    return hooked_logits(model, tokens, hooks, keep)
 
 
 def _correct(model, attns: dict, tokens: torch.Tensor, answer_pos: torch.Tensor, position: int | None, stride: int
@@ -130,9 +125,7 @@ def gain(rows: list[dict[str, Any]], shift: int, residues: list[int], *, n_boot:
     mine = [x for x in rows if x["residue"] in residues]
     ids = sorted({x["example_id"] for x in mine})
     diff = np.array([np.mean([x[f"shift{shift}"] - x["natural"] for x in mine if x["example_id"] == e]) for e in ids])
-    draws = np.random.default_rng(seed).integers(0, len(diff), size=(n_boot, len(diff)))
-    lo, hi = np.percentile(diff[draws].mean(axis=1), [2.5, 97.5])
-    return round(100 * float(diff.mean()), 2), round(100 * float(lo), 2), round(100 * float(hi), 2)
+    return example_interval(diff, n_boot=n_boot, seed=seed)
 
 
 def moved_residues(r: dict[str, Any], shift: int) -> list[int]:

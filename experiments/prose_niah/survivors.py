@@ -40,6 +40,19 @@ def kept_offset(compression: dict[str, Any]) -> int:
     return compression["window"] - 1 if compression.get("offset") is None else compression["offset"]
 
 
+def example_interval(diff: np.ndarray, *, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, lo, hi) in percentage points of per-example differences (fractions), with the 95% percentile interval
+    of `n_boot` resamples of the examples.
+
+    Example:
+        >>> example_interval(np.array([0.5, 0.5, 0.5]))
+        (50.0, 50.0, 50.0)
+    """
+    draws = np.random.default_rng(seed).integers(0, len(diff), size=(n_boot, len(diff)))
+    lo, hi = np.percentile(diff[draws].mean(axis=1), [2.5, 97.5])
+    return round(100 * float(diff.mean()), 2), round(100 * float(lo), 2), round(100 * float(hi), 2)
+
+
 def survivor_gap(unit: dict[str, Any], value_len: int, *, n_boot: int = N_BOOT, seed: int = 0
                  ) -> tuple[float, float, float]:
     """(gap, lo, hi) in percentage points: accuracy where a value token survives minus accuracy elsewhere, the
@@ -57,9 +70,7 @@ def survivor_gap(unit: dict[str, Any], value_len: int, *, n_boot: int = N_BOOT, 
                                         c["modulus"]))
     ids = np.unique(example)
     diff = np.array([correct[(example == e) & inside].mean() - correct[(example == e) & ~inside].mean() for e in ids])
-    draws = np.random.default_rng(seed).integers(0, len(diff), size=(n_boot, len(diff)))
-    lo, hi = np.percentile(diff[draws].mean(axis=1), [2.5, 97.5])
-    return round(100 * float(diff.mean()), 2), round(100 * float(lo), 2), round(100 * float(hi), 2)
+    return example_interval(diff, n_boot=n_boot, seed=seed)
 
 
 def gap_above_zero(value_len: int):
@@ -128,22 +139,21 @@ def survivor_lines(rows: list[dict[str, Any]], gone: dict[str, int], key, result
         if found is None or not mine:
             continue
         stride = mine[0]["compression"]["stride"]
-        mine = [u for u in mine if u["compression"]["stride"] == stride]
-        mine.sort(key=lambda u: (kept_offset(u["compression"]) % stride, u["length"]))
-        offsets = sorted({kept_offset(u["compression"]) % stride for u in mine})
+        by_offset: dict[int, list[dict[str, Any]]] = {}  # the units of each kept offset (mod S), shortest first
+        for u in sorted((u for u in mine if u["compression"]["stride"] == stride), key=lambda u: u["length"]):
+            by_offset.setdefault(kept_offset(u["compression"]) % stride, []).append(u)
+        by_offset = dict(sorted(by_offset.items()))
         head = ["residue"]
-        for k in offsets:
-            head += [f"offset {k} keeps"] + [f"{u['setting']} T{u['length']} n{u['n_per_residue']}" for u in mine
-                                             if kept_offset(u["compression"]) % stride == k]
+        for k, group in by_offset.items():
+            head += [f"offset {k} keeps"] + [f"{u['setting']} T{u['length']} n{u['n_per_residue']}" for u in group]
         table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r, row in enumerate(found["rows"]):
             cells = [str(row["residue"])]
-            for k in offsets:
-                cells.append(", ".join(kept_tokens(row, k, stride)) or "-")
-                cells += [f"{u['curve']['accuracy'][r]:.2f}" for u in mine if kept_offset(u["compression"]) % stride == k]
+            for k, group in by_offset.items():
+                cells += [", ".join(kept_tokens(row, k, stride)) or "-"] + [f"{u['curve']['accuracy'][r]:.2f}" for u in group]
             table.append("| " + " | ".join(cells) + " |")
         gaps = []
-        for u in mine:
+        for u in (u for group in by_offset.values() for u in group):
             gap, lo, hi = survivor_gap(u, found["value_len"])
             where = surviving(kept_offset(u["compression"]), stride, found["value_len"], u["curve"]["modulus"])
             gaps.append(f"- {key(u)}: {gap:+.1f} pp [{lo:+.1f}, {hi:+.1f}] (residues {', '.join(map(str, where))} "

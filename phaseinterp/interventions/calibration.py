@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from phaseinterp.backends.prompts import FORWARD_TOKENS
+from phaseinterp.backends.prompts import units_per_forward
 from phaseinterp.interventions.checks import check_at_least_one, check_position
 from phaseinterp.interventions.runner import runnable
 from phaseinterp.tasks import PhaseBatch
@@ -185,7 +185,7 @@ def calibrate(model, batch: PhaseBatch, positions: Positions = "final", *, max_r
     dev = model.device
     sites = site_positions(pos, batch.query_pos.to(dev), T)
     names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
-    step = max(1, min(len(batch) if max_rows is None else max_rows, FORWARD_TOKENS // T))
+    step = units_per_forward(1, len(batch) if max_rows is None else max_rows, T)  # rows per forward, tokens bounded too
     chunks = []
     for start in range(0, len(batch), step):
         rows = slice(start, start + step)

@@ -235,8 +235,8 @@ def _knockout_journal(resume, model, batch: PhaseBatch, calibration, units: Sequ
 
 
 def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibration, journal, *, replacement: str,
-                         progress: bool = True, **kw) -> tuple[np.ndarray, np.ndarray, list[int], str]:
-    """(clean correct [batch], knocked-out correct [unit, batch], unchanged unit indices, method):
+                         progress: bool = True, **kw) -> tuple[np.ndarray, np.ndarray, list[int], str, int]:
+    """(clean correct [batch], knocked-out correct [unit, batch], unchanged unit indices, method, chunks):
     the units run in chunks of `per_forward`, each chunk recorded in `journal` when given and
     taken from it when already there."""
     rows, owner = token_rows(batch)  # one row per scored answer token (the batch itself for one-token answers)
@@ -248,13 +248,13 @@ def _knocked_out_correct(model, batch: PhaseBatch, units: Sequence[Unit], calibr
         return {"correct": is_correct(logits, answers).cpu().numpy(),
                 "unchanged": np.isin(np.arange(len(idx)), unchanged_units(logits, clean_logits))}
 
-    ko, unchanged = [], []
-    for idx, done in journaled_chunks(len(units), per_forward(rows, kw["max_rows"], used), journal, compute,
+    ko, unchanged, per = [], [], per_forward(rows, kw["max_rows"], used)
+    for idx, done in journaled_chunks(len(units), per, journal, compute,
                                       rows=len(rows), progress=progress, desc="knockout"):
         ko.append(done["correct"])
         unchanged += [i for i, flag in zip(idx, done["unchanged"]) if flag]
     fold = lambda c: per_row(torch.as_tensor(c), owner, len(batch)).numpy()  # noqa: E731  (all answer tokens right)
-    return fold(is_correct(clean_logits, answers).cpu()), fold(np.concatenate(ko)), unchanged, used
+    return fold(is_correct(clean_logits, answers).cpu()), fold(np.concatenate(ko)), unchanged, used, -(-len(units) // per)
 
 
 def is_correct(logits: Float[Tensor, "*units batch vocab"], answers: Int[Tensor, "batch n_answers"]
@@ -344,10 +344,10 @@ def knockout_map(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration
     _warn_overlap(batch, calibration)
     run = _run_settings(o)
     journal = _knockout_journal(o.resume, model, batch, calibration, units, run)
-    clean, ko, unchanged, used = _knocked_out_correct(model, batch, units, calibration, journal, progress=o.progress,
-                                                      **run)
+    clean, ko, unchanged, used, chunks = _knocked_out_correct(model, batch, units, calibration, journal,
+                                                              progress=o.progress, **run)
     warn_unchanged([units[i].name for i in unchanged], f"knockout ({o.replacement})")
-    return _knockout_result(model, batch, calibration, units, clean, ko, used, journal, o)
+    return _knockout_result(model, batch, calibration, units, clean, ko, used, journal, chunks, o)
 
 
 def _check_map(model, o: KnockoutOptions) -> list[Unit]:
@@ -384,7 +384,7 @@ def _relative_mask(curve: PhaseCurve, shape: tuple, o: KnockoutOptions) -> tuple
 
 
 def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit], clean: np.ndarray, ko: np.ndarray,
-                     used: str, journal, o: KnockoutOptions) -> SpecializationMap:
+                     used: str, journal, chunks: int, o: KnockoutOptions) -> SpecializationMap:
     """The map: the paired bootstrap of the change per cell, the clean curve, the relative mask and
     the provenance."""
     res, R = batch.residue.cpu().numpy(), batch.modulus
@@ -419,8 +419,7 @@ def _knockout_result(model, batch: PhaseBatch, calibration, units: Sequence[Unit
                               if isinstance(calibration, str) else getattr(calibration, "meta", None)),
               "seed": o.seed, "n_boot": o.n_boot, "confidence": o.confidence, "versions": versions(),
               **({} if journal is None else
-                 {"resumed": journal.resumed("chunks", -(-len(units) // per_forward(token_rows(batch)[0], o.max_rows,
-                                                                                    used)))})})
+                 {"resumed": journal.resumed("chunks", chunks)})})
 
 
 def knockout(model, batch: PhaseBatch, calibration: PhaseBatch | Calibration | str | None, *, layer: int,
